@@ -1,0 +1,210 @@
+/*
+ * libmha — multi-head attention on CPUs.
+ *
+ * The public contract. C11; usable from C++.
+ *
+ * Semantics shared by every entry point:
+ *   - For batch b and head h, with scale s (0 selects 1/sqrt(d)):
+ *       S = s * Q_bh K_bh^T (+ additive mask) (masked entries -> -inf)
+ *       P = softmax_rows(S),  O_bh = P V_bh
+ *   - Boolean masks: nonzero = attend, zero = masked. Additive masks add to
+ *     the scaled scores; -INFINITY masks. Key lengths mask keys at or past the
+ *     length of their batch. Causal masking is a flag: top-left (query i sees
+ *     keys j <= i) or bottom-right (query i sees keys j <= i + Lk - Lq, the
+ *     alignment a KV cache needs). All mask kinds combine.
+ *   - A query row whose keys are all masked yields an output row of zeros and
+ *     a weights row of zeros: never NaN, never the mean of V.
+ *   - Grouped-query attention: H query heads share Hkv key/value heads
+ *     (H % Hkv == 0); query head h reads kv head h / (H / Hkv). No copies.
+ *   - Working memory grows with the sequence lengths, never with Lq * Lk
+ *     (the optional weights output is the caller's buffer).
+ *   - Results are bitwise identical for every thread count, for repeated
+ *     calls and across engines that use the same ISA.
+ *   - Every function validates all of its inputs before it writes anything:
+ *     on error it returns a status, records a message for the calling
+ *     thread (mha_last_error) and leaves every output byte untouched.
+ *   - Thread safety: an engine and a layer are immutable after creation and
+ *     may be used by any number of caller threads at once. Destroy them only
+ *     when no call is in flight.
+ *   - NaN policy: a NaN or +inf anywhere in q, k, v or an additive mask
+ *     propagates to the outputs it reaches; it is never reported as an error.
+ */
+#ifndef MHA_H
+#define MHA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define MHA_API
+#else
+#define MHA_API __attribute__((visibility("default")))
+#endif
+
+#define MHA_VERSION_MAJOR 0
+#define MHA_VERSION_MINOR 1
+#define MHA_VERSION_PATCH 0
+
+/* "0.1.0" */
+MHA_API const char *mha_version(void);
+
+typedef enum mha_status {
+    MHA_OK = 0,
+    MHA_ERR_NULL_POINTER = 1,  /* a required pointer is NULL */
+    MHA_ERR_BAD_SHAPE = 2,     /* sizes non-positive or inconsistent */
+    MHA_ERR_BAD_STRIDE = 3,    /* negative strides, overlapping output */
+    MHA_ERR_BAD_MASK = 4,      /* mask strides, key lengths, causal mode */
+    MHA_ERR_OVERFLOW = 5,      /* an element or byte count overflows */
+    MHA_ERR_OUT_OF_MEMORY = 6, /* an allocation failed */
+    MHA_ERR_UNSUPPORTED = 7,   /* ISA or dtype not available here */
+    MHA_ERR_BAD_ARGUMENT = 8   /* other values: scale, enums, threads */
+} mha_status;
+
+/* Static name of a status, e.g. "bad shape". Never NULL. */
+MHA_API const char *mha_status_string(mha_status status);
+
+/* The message of the last failed call on this thread, e.g.
+ * "k.heads (3) does not divide q.heads (8)"; "" if none has failed yet.
+ * Valid until the next libmha call on the same thread. */
+MHA_API const char *mha_last_error(void);
+
+/* ------------------------------------------------------------------ */
+/* Engine                                                              */
+
+typedef enum mha_isa {
+    MHA_ISA_AUTO = 0, /* best available; MHA_ISA=generic|avx2|neon overrides */
+    MHA_ISA_GENERIC = 1,
+    MHA_ISA_AVX2 = 2, /* x86-64 AVX2 + FMA */
+    MHA_ISA_NEON = 3  /* AArch64 Advanced SIMD */
+} mha_isa;
+
+/* Zero-initialised (or a NULL pointer) means defaults. */
+typedef struct mha_config {
+    int num_threads; /* 0: OpenMP's default; > 0: exactly that many */
+    mha_isa isa;     /* MHA_ISA_AUTO: detect (or the MHA_ISA variable) */
+} mha_config;
+
+typedef struct mha_engine mha_engine;
+
+/* An ISA the CPU or the build lacks gives MHA_ERR_UNSUPPORTED. */
+MHA_API mha_status mha_engine_create(const mha_config *config, mha_engine **engine);
+MHA_API void mha_engine_destroy(mha_engine *engine); /* NULL is a no-op */
+MHA_API mha_isa mha_engine_isa(const mha_engine *engine);
+MHA_API int mha_engine_num_threads(const mha_engine *engine);
+/* "generic", "avx2", "neon", "auto"; "unknown" for other values. */
+MHA_API const char *mha_isa_name(mha_isa isa);
+
+/* ------------------------------------------------------------------ */
+/* Tensors                                                             */
+
+typedef enum mha_dtype {
+    MHA_F32 = 0 /* the only element type of this version */
+} mha_dtype;
+
+/* A logical [batch, seq, heads, dim] array. Strides count elements; the
+ * dim axis is contiguous. Any non-negative strides are accepted for inputs
+ * (0 broadcasts); the output must not overlap any input. */
+typedef struct mha_tensor {
+    void *data;
+    int64_t batch, seq, heads, dim;
+    int64_t stride_batch, stride_seq, stride_head;
+    mha_dtype dtype;
+} mha_tensor;
+
+/* Packed [B, S, H, D] (PyTorch batch_first, heads split from E). */
+MHA_API mha_tensor mha_tensor_bshd(void *data, int64_t batch, int64_t seq,
+                           int64_t heads, int64_t dim);
+/* Packed [B, H, S, D]. */
+MHA_API mha_tensor mha_tensor_bhsd(void *data, int64_t batch, int64_t seq,
+                           int64_t heads, int64_t dim);
+
+/* ------------------------------------------------------------------ */
+/* Masks                                                               */
+
+typedef enum mha_causal {
+    MHA_CAUSAL_NONE = 0,
+    MHA_CAUSAL_TOP_LEFT = 1,    /* query i sees keys j <= i */
+    MHA_CAUSAL_BOTTOM_RIGHT = 2 /* query i sees keys j <= i + Lk - Lq */
+} mha_causal;
+
+/* Every field is optional; a zero-initialised mask masks nothing.
+ * keep and bias are logical [B, H, Lq, Lk] arrays: element (b, h, i, j)
+ * sits at b*stride_batch + h*stride_head + i*stride_query + j. A stride of 0
+ * broadcasts that axis ([B,1,1,Lk] padding masks, [1,1,Lq,Lk] look-ahead
+ * masks). Strides must be non-negative. */
+typedef struct mha_mask {
+    mha_causal causal;
+    const uint8_t *keep; /* nonzero = attend, 0 = masked */
+    int64_t keep_stride_batch, keep_stride_head, keep_stride_query;
+    const float *bias; /* added to the scaled scores; -INFINITY masks */
+    int64_t bias_stride_batch, bias_stride_head, bias_stride_query;
+    const int32_t *key_lengths; /* [B]: keys j >= key_lengths[b] masked;
+                                   each in [0, Lk] */
+} mha_mask;
+
+/* ------------------------------------------------------------------ */
+/* Scaled dot-product attention                                        */
+
+typedef struct mha_attention_args {
+    mha_tensor q;   /* [B, Lq, H,   d ] */
+    mha_tensor k;   /* [B, Lk, Hkv, d ] */
+    mha_tensor v;   /* [B, Lk, Hkv, dv] */
+    mha_tensor out; /* [B, Lq, H,   dv] written */
+    const mha_mask *mask; /* NULL: no mask */
+    float scale;          /* 0: 1/sqrt(d) */
+    float *weights; /* optional packed [B, H, Lq, Lk]: the probabilities */
+} mha_attention_args;
+
+MHA_API mha_status mha_attention(const mha_engine *engine,
+                         const mha_attention_args *args);
+
+/* ------------------------------------------------------------------ */
+/* The layer: nn.MultiheadAttention(batch_first=True)                  */
+
+/* Weights in nn.Linear layout [out_features, in_features], row-major, as in
+ * a PyTorch state dict. Give either in_proj_weight [3E, E] (requires
+ * kdim == vdim == E) or all three of q_proj_weight [E, E], k_proj_weight
+ * [E, kdim], v_proj_weight [E, vdim]. in_proj_bias [3E] (q, k, v biases in
+ * that order, as PyTorch keeps them in both forms) and out_proj_bias [E]
+ * are optional. The layer copies everything it needs. */
+typedef struct mha_layer_desc {
+    int64_t embed_dim; /* E */
+    int64_t num_heads; /* H, divides E */
+    int64_t kdim;      /* 0: E */
+    int64_t vdim;      /* 0: E */
+    const float *in_proj_weight;
+    const float *q_proj_weight;
+    const float *k_proj_weight;
+    const float *v_proj_weight;
+    const float *in_proj_bias;
+    const float *out_proj_weight; /* [E, E], required */
+    const float *out_proj_bias;
+} mha_layer_desc;
+
+typedef struct mha_layer mha_layer;
+
+/* The layer keeps a pointer to the engine: destroy the layer first. */
+MHA_API mha_status mha_layer_create(const mha_engine *engine,
+                            const mha_layer_desc *desc, mha_layer **layer);
+MHA_API void mha_layer_destroy(mha_layer *layer); /* NULL is a no-op */
+
+/* query [B, Lq, E], key [B, Lk, kdim], value [B, Lk, vdim], out [B, Lq, E],
+ * all packed. weights: optional [B, H, Lq, Lk] per-head probabilities
+ * (PyTorch's need_weights=True, average_attn_weights=False). The mask is as
+ * for mha_attention with H = num_heads. Self-attention passes the same
+ * pointer as query, key and value. out must not overlap an input. */
+MHA_API mha_status mha_layer_forward(const mha_layer *layer, const float *query,
+                             const float *key, const float *value,
+                             int64_t batch, int64_t lq, int64_t lk,
+                             const mha_mask *mask, float *out,
+                             float *weights);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MHA_H */
