@@ -1,0 +1,63 @@
+/* CPU feature detection. Compiled without ISA flags; each answer is
+ * computed once and cached (a benign race: every thread computes the same
+ * value and stores it atomically). */
+#include <stdatomic.h>
+
+#include "engine.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+static int detect_avx2_fma(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    const unsigned fma = 1u << 12, osxsave = 1u << 27, avx = 1u << 28;
+    if ((c & (fma | osxsave | avx)) != (fma | osxsave | avx))
+        return 0;
+    /* The OS must save the XMM and YMM state (XCR0 bits 1 and 2). */
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    (void)xhi;
+    if ((xlo & 6u) != 6u)
+        return 0;
+    if (__get_cpuid_max(0, NULL) < 7)
+        return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (b & (1u << 5)) != 0; /* AVX2 */
+}
+#else
+static int detect_avx2_fma(void) { return 0; }
+#endif
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1 << 1)
+#endif
+static int detect_neon(void)
+{
+    return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
+}
+#elif defined(__aarch64__)
+static int detect_neon(void) { return 1; } /* baseline of AArch64 */
+#else
+static int detect_neon(void) { return 0; }
+#endif
+
+/* 0: not yet known; 1: absent; 2: present. */
+static atomic_int avx2_state, neon_state;
+
+static int cached(atomic_int *state, int (*detect)(void))
+{
+    int s = atomic_load_explicit(state, memory_order_acquire);
+    if (s == 0) {
+        s = detect() ? 2 : 1;
+        atomic_store_explicit(state, s, memory_order_release);
+    }
+    return s == 2;
+}
+
+int mha_cpu_has_avx2_fma(void) { return cached(&avx2_state, detect_avx2_fma); }
+int mha_cpu_has_neon(void) { return cached(&neon_state, detect_neon); }

@@ -1,0 +1,285 @@
+/* Validation of every input before anything is written. Each failure
+ * returns its status with a message naming the field and its value. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "engine.h"
+
+int mha_mul_ok(int64_t a, int64_t b, int64_t *r)
+{
+    return !__builtin_mul_overflow(a, b, r);
+}
+
+int mha_add_ok(int64_t a, int64_t b, int64_t *r)
+{
+    return !__builtin_add_overflow(a, b, r);
+}
+
+/* A byte range [lo, hi) a tensor may touch. */
+typedef struct { uintptr_t lo, hi; } span;
+
+static int spans_overlap(span a, span b) { return a.lo < b.hi && b.lo < a.hi; }
+
+/* 1 + sum (size_i - 1) * stride_i elements, as bytes from base; 0 on
+ * overflow of int64 or of the address space. */
+static int extent_span(const void *base, const int64_t *sizes,
+                       const int64_t *strides, int n, size_t elem, span *out)
+{
+    int64_t last = 0, term;
+    for (int i = 0; i < n; i++) {
+        if (!mha_mul_ok(sizes[i] - 1, strides[i], &term) ||
+            !mha_add_ok(last, term, &last))
+            return 0;
+    }
+    int64_t count, bytes;
+    if (!mha_add_ok(last, 1, &count) ||
+        !mha_mul_ok(count, (int64_t)elem, &bytes))
+        return 0;
+    uintptr_t lo = (uintptr_t)base;
+    if ((uint64_t)bytes > UINTPTR_MAX - lo)
+        return 0;
+    out->lo = lo;
+    out->hi = lo + (uintptr_t)bytes;
+    return 1;
+}
+
+static mha_status check_tensor(const mha_tensor *t, const char *name,
+                               span *range)
+{
+    if (!t->data)
+        return mha_fail(MHA_ERR_NULL_POINTER, "%s.data is NULL", name);
+    if (t->dtype != MHA_F32)
+        return mha_fail(MHA_ERR_UNSUPPORTED,
+                        "%s.dtype (%d) is not supported (only MHA_F32)", name,
+                        (int)t->dtype);
+    const int64_t sizes[4] = {t->batch, t->seq, t->heads, t->dim};
+    const char *axes[4] = {"batch", "seq", "heads", "dim"};
+    for (int i = 0; i < 4; i++)
+        if (sizes[i] <= 0)
+            return mha_fail(MHA_ERR_BAD_SHAPE, "%s.%s (%lld) must be positive",
+                            name, axes[i], (long long)sizes[i]);
+    const int64_t strides[4] = {t->stride_batch, t->stride_seq,
+                                t->stride_head, 1};
+    const char *snames[3] = {"stride_batch", "stride_seq", "stride_head"};
+    for (int i = 0; i < 3; i++)
+        if (strides[i] < 0)
+            return mha_fail(MHA_ERR_BAD_STRIDE,
+                            "%s.%s (%lld) is negative", name, snames[i],
+                            (long long)strides[i]);
+    if (!extent_span(t->data, sizes, strides, 4, sizeof(float), range))
+        return mha_fail(MHA_ERR_OVERFLOW,
+                        "%s spans more bytes than fit in 64 bits", name);
+    return MHA_OK;
+}
+
+/* Distinct indices of t map to distinct elements: sorted by stride, each
+ * axis steps past everything the smaller axes reach. */
+static int non_self_overlapping(const mha_tensor *t)
+{
+    int64_t size[4] = {t->batch, t->seq, t->heads, t->dim};
+    int64_t stride[4] = {t->stride_batch, t->stride_seq, t->stride_head, 1};
+    for (int i = 1; i < 4; i++) /* insertion sort by stride */
+        for (int j = i; j > 0 && stride[j] < stride[j - 1]; j--) {
+            int64_t s = stride[j], z = size[j];
+            stride[j] = stride[j - 1], size[j] = size[j - 1];
+            stride[j - 1] = s, size[j - 1] = z;
+        }
+    int64_t reach = 0; /* largest offset reached by the smaller axes */
+    for (int i = 0; i < 4; i++) {
+        if (size[i] == 1)
+            continue;
+        if (stride[i] <= reach)
+            return 0;
+        reach += (size[i] - 1) * stride[i]; /* bounded: extent checked */
+    }
+    return 1;
+}
+
+static mha_status check_mask_array(const void *data, const char *name,
+                                   const int64_t strides[3], int64_t batch,
+                                   int64_t heads, int64_t lq, int64_t lk,
+                                   size_t elem, span *range)
+{
+    const char *axes[3] = {"batch", "head", "query"};
+    for (int i = 0; i < 3; i++)
+        if (strides[i] < 0)
+            return mha_fail(MHA_ERR_BAD_MASK,
+                            "mask.%s_stride_%s (%lld) is negative", name,
+                            axes[i], (long long)strides[i]);
+    const int64_t sizes[4] = {batch, heads, lq, lk};
+    const int64_t all[4] = {strides[0], strides[1], strides[2], 1};
+    if (!extent_span(data, sizes, all, 4, elem, range))
+        return mha_fail(MHA_ERR_OVERFLOW,
+                        "mask.%s spans more bytes than fit in 64 bits", name);
+    return MHA_OK;
+}
+
+mha_status mha_validate_mask(const mha_mask *mask, int64_t batch,
+                             int64_t heads, int64_t lq, int64_t lk,
+                             mha_mask *copy)
+{
+    memset(copy, 0, sizeof *copy);
+    if (!mask)
+        return MHA_OK;
+    if (mask->causal != MHA_CAUSAL_NONE &&
+        mask->causal != MHA_CAUSAL_TOP_LEFT &&
+        mask->causal != MHA_CAUSAL_BOTTOM_RIGHT)
+        return mha_fail(MHA_ERR_BAD_MASK,
+                        "mask.causal (%d) is not an mha_causal value",
+                        (int)mask->causal);
+    span r;
+    if (mask->keep) {
+        const int64_t s[3] = {mask->keep_stride_batch, mask->keep_stride_head,
+                              mask->keep_stride_query};
+        mha_status st = check_mask_array(mask->keep, "keep", s, batch, heads,
+                                         lq, lk, 1, &r);
+        if (st != MHA_OK)
+            return st;
+    }
+    if (mask->bias) {
+        const int64_t s[3] = {mask->bias_stride_batch, mask->bias_stride_head,
+                              mask->bias_stride_query};
+        mha_status st = check_mask_array(mask->bias, "bias", s, batch, heads,
+                                         lq, lk, sizeof(float), &r);
+        if (st != MHA_OK)
+            return st;
+    }
+    if (mask->key_lengths)
+        for (int64_t b = 0; b < batch; b++) {
+            int32_t len = mask->key_lengths[b];
+            if (len < 0 || len > lk)
+                return mha_fail(MHA_ERR_BAD_MASK,
+                                "mask.key_lengths[%lld] (%d) is outside "
+                                "[0, %lld]",
+                                (long long)b, (int)len, (long long)lk);
+        }
+    *copy = *mask;
+    return MHA_OK;
+}
+
+/* The byte ranges of the mask arrays, for overlap checks with outputs. */
+static int mask_spans(const mha_mask *m, int64_t batch, int64_t heads,
+                      int64_t lq, int64_t lk, span out[3])
+{
+    int n = 0;
+    const int64_t sizes[4] = {batch, heads, lq, lk};
+    if (m->keep) {
+        const int64_t s[4] = {m->keep_stride_batch, m->keep_stride_head,
+                              m->keep_stride_query, 1};
+        extent_span(m->keep, sizes, s, 4, 1, &out[n++]);
+    }
+    if (m->bias) {
+        const int64_t s[4] = {m->bias_stride_batch, m->bias_stride_head,
+                              m->bias_stride_query, 1};
+        extent_span(m->bias, sizes, s, 4, sizeof(float), &out[n++]);
+    }
+    if (m->key_lengths) {
+        out[n].lo = (uintptr_t)m->key_lengths;
+        out[n].hi = out[n].lo + (uintptr_t)batch * sizeof(int32_t);
+        n++;
+    }
+    return n;
+}
+
+mha_status mha_validate_attention(const mha_attention_args *args,
+                                  mha_problem *p)
+{
+    if (!args)
+        return mha_fail(MHA_ERR_NULL_POINTER, "args is NULL");
+    const mha_tensor *q = &args->q, *k = &args->k, *v = &args->v,
+                     *o = &args->out;
+    span rq, rk, rv, ro, rw = {0, 0};
+    mha_status st;
+    if ((st = check_tensor(q, "q", &rq)) != MHA_OK ||
+        (st = check_tensor(k, "k", &rk)) != MHA_OK ||
+        (st = check_tensor(v, "v", &rv)) != MHA_OK ||
+        (st = check_tensor(o, "out", &ro)) != MHA_OK)
+        return st;
+
+#define SAME(a, fa, b, fb)                                                  \
+    if ((a)->fa != (b)->fb)                                                 \
+        return mha_fail(MHA_ERR_BAD_SHAPE, #a "." #fa " (%lld) differs from " \
+                        #b "." #fb " (%lld)", (long long)(a)->fa,            \
+                        (long long)(b)->fb);
+    SAME(k, batch, q, batch)
+    SAME(v, batch, q, batch)
+    SAME(o, batch, q, batch)
+    SAME(o, seq, q, seq)
+    SAME(o, heads, q, heads)
+    SAME(v, seq, k, seq)
+    SAME(v, heads, k, heads)
+    SAME(k, dim, q, dim)
+    SAME(o, dim, v, dim)
+#undef SAME
+    if (q->heads % k->heads != 0)
+        return mha_fail(MHA_ERR_BAD_SHAPE,
+                        "k.heads (%lld) does not divide q.heads (%lld)",
+                        (long long)k->heads, (long long)q->heads);
+
+    if (!non_self_overlapping(o))
+        return mha_fail(MHA_ERR_BAD_STRIDE,
+                        "out strides (%lld, %lld, %lld) make distinct "
+                        "elements share memory",
+                        (long long)o->stride_batch, (long long)o->stride_seq,
+                        (long long)o->stride_head);
+    const span inputs[3] = {rq, rk, rv};
+    const char *names[3] = {"q", "k", "v"};
+    for (int i = 0; i < 3; i++)
+        if (spans_overlap(ro, inputs[i]))
+            return mha_fail(MHA_ERR_BAD_STRIDE, "out overlaps %s", names[i]);
+
+    float scale = args->scale;
+    if (!isfinite(scale))
+        return mha_fail(MHA_ERR_BAD_ARGUMENT, "scale (%g) is not finite",
+                        (double)scale);
+
+    int64_t B = q->batch, H = q->heads, Lq = q->seq, Lk = k->seq;
+    int64_t bh, bhq, weights_n, weights_bytes;
+    if (!mha_mul_ok(B, H, &bh) || !mha_mul_ok(bh, Lq, &bhq) ||
+        !mha_mul_ok(bhq, Lk, &weights_n) ||
+        !mha_mul_ok(weights_n, (int64_t)sizeof(float), &weights_bytes))
+        return mha_fail(MHA_ERR_OVERFLOW,
+                        "B*H*Lq*Lk*4 (%lld*%lld*%lld*%lld*4) overflows",
+                        (long long)B, (long long)H, (long long)Lq,
+                        (long long)Lk);
+    if (args->weights) {
+        rw.lo = (uintptr_t)args->weights;
+        if ((uint64_t)weights_bytes > UINTPTR_MAX - rw.lo)
+            return mha_fail(MHA_ERR_OVERFLOW,
+                            "weights extend past the address space");
+        rw.hi = rw.lo + (uintptr_t)weights_bytes;
+        for (int i = 0; i < 3; i++)
+            if (spans_overlap(rw, inputs[i]))
+                return mha_fail(MHA_ERR_BAD_STRIDE, "weights overlap %s",
+                                names[i]);
+        if (spans_overlap(rw, ro))
+            return mha_fail(MHA_ERR_BAD_STRIDE, "weights overlap out");
+    }
+
+    if ((st = mha_validate_mask(args->mask, B, H, Lq, Lk, &p->mask)) !=
+        MHA_OK)
+        return st;
+    span rm[3];
+    int nm = mask_spans(&p->mask, B, H, Lq, Lk, rm);
+    for (int i = 0; i < nm; i++)
+        if (spans_overlap(rm[i], ro) ||
+            (args->weights && spans_overlap(rm[i], rw)))
+            return mha_fail(MHA_ERR_BAD_MASK,
+                            "a mask array overlaps an output");
+
+    p->q = q->data, p->k = k->data, p->v = v->data, p->out = o->data;
+    p->batch = B, p->lq = Lq, p->lk = Lk, p->heads = H;
+    p->kv_heads = k->heads, p->d = q->dim, p->dv = v->dim;
+    p->q_sb = q->stride_batch, p->q_ss = q->stride_seq,
+    p->q_sh = q->stride_head;
+    p->k_sb = k->stride_batch, p->k_ss = k->stride_seq,
+    p->k_sh = k->stride_head;
+    p->v_sb = v->stride_batch, p->v_ss = v->stride_seq,
+    p->v_sh = v->stride_head;
+    p->o_sb = o->stride_batch, p->o_ss = o->stride_seq,
+    p->o_sh = o->stride_head;
+    p->scale = scale != 0.0f ? scale : (float)(1.0 / sqrt((double)q->dim));
+    p->weights = args->weights;
+    return MHA_OK;
+}

@@ -1,0 +1,36 @@
+/* The layer's projections on the portable path: c = a w^T + bias with w
+ * (nn.Linear layout [n, k]) packed once into 16-column panels. */
+#include <assert.h>
+
+#include "gemm.h"
+#include "kernels.h"
+
+size_t mk_generic_packed_w_floats(int64_t n, int64_t k);
+void mk_generic_pack_w(const float *w, int64_t n, int64_t k, float *wp);
+void mk_generic_linear(const float *a, ptrdiff_t lda, int64_t m,
+                       const float *wp, int64_t n, int64_t k,
+                       const float *bias, float *c, ptrdiff_t ldc);
+
+size_t mk_generic_packed_w_floats(int64_t n, int64_t k)
+{
+    return mk_generic_panels_floats(n, k);
+}
+
+void mk_generic_pack_w(const float *w, int64_t n, int64_t k, float *wp)
+{
+    mk_generic_pack_panels(w, k, n, k, wp);
+}
+
+void mk_generic_linear(const float *a, ptrdiff_t lda, int64_t m,
+                       const float *wp, int64_t n, int64_t k,
+                       const float *bias, float *c, ptrdiff_t ldc)
+{
+    assert(m >= 0 && n >= 0 && k >= 0);
+    mk_generic_gemm_4x16(m, n, k, a, lda, wp, MK_GENERIC_NR,
+                         k * MK_GENERIC_NR, NULL, c, ldc);
+    if (!bias)
+        return;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++)
+            c[i * ldc + j] += bias[j];
+}
