@@ -11,13 +11,28 @@
 static void tile_full(int64_t k, const float *a, ptrdiff_t lda,
                       const float *b, ptrdiff_t ldb, float acc[MR][NR])
 {
+    /* Four named row accumulators keep the compiler on the column loop:
+     * each p step is a broadcast of a[r][p] times one row of b. */
+    float c0[NR], c1[NR], c2[NR], c3[NR];
+    for (int j = 0; j < NR; j++) {
+        c0[j] = acc[0][j], c1[j] = acc[1][j];
+        c2[j] = acc[2][j], c3[j] = acc[3][j];
+    }
+    const float *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda;
     for (int64_t p = 0; p < k; p++) {
         const float *bp = b + p * ldb;
-        for (int r = 0; r < MR; r++) {
-            float ar = a[r * lda + p];
-            for (int j = 0; j < NR; j++)
-                acc[r][j] += ar * bp[j];
+        float x0 = a0[p], x1 = a1[p], x2 = a2[p], x3 = a3[p];
+        for (int j = 0; j < NR; j++) {
+            float bj = bp[j];
+            c0[j] += x0 * bj;
+            c1[j] += x1 * bj;
+            c2[j] += x2 * bj;
+            c3[j] += x3 * bj;
         }
+    }
+    for (int j = 0; j < NR; j++) {
+        acc[0][j] = c0[j], acc[1][j] = c1[j];
+        acc[2][j] = c2[j], acc[3][j] = c3[j];
     }
 }
 
