@@ -1,12 +1,56 @@
-/* The attention loop of DESIGN.md: work items (batch, head, query block)
- * split over OpenMP threads; per item, stream the key blocks through the
- * kernels keeping the running max, sum and accumulator in thread scratch. */
+/* The attention loop of DESIGN.md. Work is cut into items whose sizes
+ * depend only on the shape: (batch, head, query block) — or, for decode
+ * with grouped-query attention, (batch, kv head, block of the group's
+ * query heads), so each K/V byte is read once per kv head — times a number
+ * of key chunks. Each item streams its key blocks through the kernels,
+ * keeping the running max, sum and accumulator in thread scratch. When the
+ * keys are split into chunks, the partial (max, sum, accumulator) triples
+ * are merged in chunk order, so results never depend on the thread count. */
 #include <math.h>
 #include <string.h>
 
 #include <omp.h>
 
 #include "engine.h"
+
+/* Split the keys until there are this many items (a fixed number, not the
+ * thread count), with chunks of at least SPLIT_MIN_KEYS keys. */
+#define SPLIT_TARGET_ITEMS 64
+#define SPLIT_MIN_KEYS 512
+
+typedef struct {
+    int grouped;        /* rows are query heads of one kv group (Lq == 1) */
+    int64_t group;      /* query heads per kv head */
+    int64_t rows;       /* rows per block: block_q */
+    int64_t row_blocks; /* per (batch, head) or per (batch, kv head) */
+    int64_t units;      /* batch x heads-or-kv-heads x row_blocks */
+    int64_t chunks;     /* key chunks per unit */
+    int64_t chunk_len;  /* keys per chunk, a multiple of block_k */
+} plan;
+
+static plan make_plan(const mk_table *t, const mha_problem *p)
+{
+    plan pl;
+    pl.group = p->heads / p->kv_heads;
+    pl.grouped = p->lq == 1 && pl.group > 1;
+    pl.rows = t->block_q;
+    int64_t per = pl.grouped ? pl.group : p->lq;
+    pl.row_blocks = (per + pl.rows - 1) / pl.rows;
+    pl.units = p->batch * (pl.grouped ? p->kv_heads : p->heads) *
+               pl.row_blocks;
+    pl.chunks = 1;
+    if (!p->weights && pl.units < SPLIT_TARGET_ITEMS) {
+        int64_t want = (SPLIT_TARGET_ITEMS + pl.units - 1) / pl.units;
+        int64_t most = p->lk / SPLIT_MIN_KEYS;
+        pl.chunks = want < most ? want : most;
+        if (pl.chunks < 1)
+            pl.chunks = 1;
+    }
+    int64_t bk = t->block_k;
+    pl.chunk_len = ((p->lk + pl.chunks - 1) / pl.chunks + bk - 1) / bk * bk;
+    pl.chunks = (p->lk + pl.chunk_len - 1) / pl.chunk_len;
+    return pl;
+}
 
 /* Per-thread scratch, carved from one allocation made per call. */
 typedef struct {
@@ -18,13 +62,13 @@ typedef struct {
     float *l2;    /* weights pass: a sum nobody reads */
 } scratch;
 
-#define ALIGN_FLOATS 16 /* 64 bytes */
+enum { NPARTS = 7 };
 
-static int64_t round_up(int64_t n) { return (n + 15) / 16 * 16; }
+static int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 
-/* Floats of each scratch part, in order; 0 on overflow. */
+/* Floats of each per-thread part, in order; 0 on overflow. */
 static int scratch_parts(const mk_table *t, const mha_problem *p,
-                         int64_t parts[7])
+                         int64_t parts[NPARTS])
 {
     int64_t bq = t->block_q, bk = t->block_k;
     size_t kp = t->packed_k_floats(bk, p->d);
@@ -32,27 +76,39 @@ static int scratch_parts(const mk_table *t, const mha_problem *p,
         !mha_mul_ok(bq, p->dv, &parts[2]))
         return 0;
     parts[1] = (int64_t)kp;
-    for (int i = 3; i < 7; i++)
+    for (int i = 3; i < NPARTS; i++)
         parts[i] = bq;
-    for (int i = 0; i < 7; i++) {
-        if (parts[i] > INT64_MAX - ALIGN_FLOATS)
+    for (int i = 0; i < NPARTS; i++) {
+        if (parts[i] > INT64_MAX - 16)
             return 0;
-        parts[i] = round_up(parts[i]);
+        parts[i] = round_up16(parts[i]);
     }
     return 1;
+}
+
+/* Floats of one chunk's partial result: rows x (dv accumulator, max, sum). */
+static int64_t partial_floats(const plan *pl, const mha_problem *p)
+{
+    return round_up16(pl->rows * (p->dv + 2));
 }
 
 mha_status mha_attention_scratch_bytes(const mk_table *t,
                                        const mha_problem *p, int nthreads,
                                        size_t *bytes)
 {
-    int64_t parts[7], per = 0, total;
+    int64_t parts[NPARTS], per = 0, total, partials = 0;
+    plan pl = make_plan(t, p);
     if (!scratch_parts(t, p, parts))
         goto overflow;
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < NPARTS; i++)
         if (!mha_add_ok(per, parts[i], &per))
             goto overflow;
+    if (pl.chunks > 1 &&
+        (!mha_mul_ok(pl.units * pl.chunks, partial_floats(&pl, p),
+                     &partials)))
+        goto overflow;
     if (!mha_mul_ok(per, nthreads, &total) ||
+        !mha_add_ok(total, partials, &total) ||
         !mha_mul_ok(total, (int64_t)sizeof(float), &total))
         goto overflow;
     *bytes = (size_t)total;
@@ -64,146 +120,234 @@ overflow:
 }
 
 static scratch thread_scratch(const mk_table *t, const mha_problem *p,
-                              void *base, int tid)
+                              float *base, int tid)
 {
-    int64_t parts[7], per = 0;
+    int64_t parts[NPARTS], per = 0;
     scratch_parts(t, p, parts); /* checked by mha_attention_scratch_bytes */
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < NPARTS; i++)
         per += parts[i];
-    float *f = (float *)base + per * tid;
-    float **slot[7];
+    float *f = base + per * tid;
+    float **slot[NPARTS];
     scratch s;
     slot[0] = &s.s, slot[1] = &s.kp, slot[2] = &s.o, slot[3] = &s.m;
     slot[4] = &s.l, slot[5] = &s.alpha, slot[6] = &s.l2;
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < NPARTS; i++) {
         *slot[i] = f;
         f += parts[i];
     }
     return s;
 }
 
-/* One (batch, head, query block) work item. */
+/* A block of rows sharing one kv head: the rows are queries of one head,
+ * or (grouped) the query heads of one kv group at the single query. Every
+ * pointer is the block's first row; the ld fields step one row. */
 typedef struct {
-    int64_t b, h, q0, mq;
-    const float *q, *k, *v; /* first row of the block / of the head */
-    int64_t key_end;        /* keys at or past it are hidden from all rows */
-    int64_t causal_shift;   /* key j visible to query i iff j <= i + shift */
-    int causal;
-} work_item;
+    int64_t rows;
+    const float *q;
+    ptrdiff_t ldq;
+    const float *k, *v;
+    float *out;
+    ptrdiff_t ldo;
+    float *w; /* weights rows, or NULL */
+    const uint8_t *keep;
+    ptrdiff_t keep_ld;
+    const float *bias;
+    ptrdiff_t bias_ld;
+    int64_t key_end;     /* keys at or past it are hidden from every row */
+    int64_t causal_diag; /* key j visible to row r iff j <= r + diag */
+} row_block;
 
-static work_item make_item(const mha_problem *p, int64_t bq, int64_t index)
-{
-    int64_t nqb = (p->lq + bq - 1) / bq;
-    work_item w;
-    w.b = index / (p->heads * nqb);
-    w.h = index / nqb % p->heads;
-    w.q0 = index % nqb * bq;
-    w.mq = p->lq - w.q0 < bq ? p->lq - w.q0 : bq;
-    int64_t hk = w.h / (p->heads / p->kv_heads);
-    w.q = p->q + w.b * p->q_sb + w.q0 * p->q_ss + w.h * p->q_sh;
-    w.k = p->k + w.b * p->k_sb + hk * p->k_sh;
-    w.v = p->v + w.b * p->v_sb + hk * p->v_sh;
-    w.key_end = p->lk;
-    if (p->mask.key_lengths && p->mask.key_lengths[w.b] < w.key_end)
-        w.key_end = p->mask.key_lengths[w.b];
-    w.causal = p->mask.causal != MHA_CAUSAL_NONE;
-    w.causal_shift =
-        p->mask.causal == MHA_CAUSAL_BOTTOM_RIGHT ? p->lk - p->lq : 0;
-    if (w.causal) {
-        /* The block's last row sees the most keys; later ones are skipped. */
-        int64_t last_visible = w.q0 + w.mq - 1 + w.causal_shift;
-        if (last_visible + 1 < w.key_end)
-            w.key_end = last_visible + 1 < 0 ? 0 : last_visible + 1;
-    }
-    return w;
-}
-
-static mk_mask block_mask(const mha_problem *p, const work_item *w,
-                          int64_t k0, int64_t nk)
+static row_block make_block(const mha_problem *p, const plan *pl,
+                            int64_t unit)
 {
     const mha_mask *m = &p->mask;
-    mk_mask mk = {0};
-    if (m->keep) {
-        mk.keep = m->keep + w->b * m->keep_stride_batch +
-                  w->h * m->keep_stride_head + w->q0 * m->keep_stride_query +
-                  k0;
-        mk.keep_ld = m->keep_stride_query;
+    int64_t heads = pl->grouped ? p->kv_heads : p->heads;
+    int64_t b = unit / (heads * pl->row_blocks);
+    int64_t hh = unit / pl->row_blocks % heads;
+    int64_t r0 = unit % pl->row_blocks * pl->rows;
+    int64_t per = pl->grouped ? pl->group : p->lq;
+    row_block rb;
+    rb.rows = per - r0 < pl->rows ? per - r0 : pl->rows;
+    /* The first row's head and query, and how one row steps. */
+    int64_t h, i, hk;
+    ptrdiff_t step_q, step_o, step_keep, step_bias;
+    if (pl->grouped) {
+        hk = hh, h = hh * pl->group + r0, i = 0;
+        step_q = p->q_sh, step_o = p->o_sh;
+        step_keep = m->keep_stride_head, step_bias = m->bias_stride_head;
+    } else {
+        h = hh, hk = hh / pl->group, i = r0;
+        step_q = p->q_ss, step_o = p->o_ss;
+        step_keep = m->keep_stride_query, step_bias = m->bias_stride_query;
     }
-    if (m->bias) {
-        mk.bias = m->bias + w->b * m->bias_stride_batch +
-                  w->h * m->bias_stride_head + w->q0 * m->bias_stride_query +
-                  k0;
-        mk.bias_ld = m->bias_stride_query;
+    rb.q = p->q + b * p->q_sb + i * p->q_ss + h * p->q_sh;
+    rb.ldq = step_q;
+    rb.k = p->k + b * p->k_sb + hk * p->k_sh;
+    rb.v = p->v + b * p->v_sb + hk * p->v_sh;
+    rb.out = p->out + b * p->o_sb + i * p->o_ss + h * p->o_sh;
+    rb.ldo = step_o;
+    rb.w = p->weights ? p->weights + ((b * p->heads + h) * p->lq + i) * p->lk
+                      : NULL;
+    rb.keep = m->keep ? m->keep + b * m->keep_stride_batch +
+                            h * m->keep_stride_head +
+                            i * m->keep_stride_query
+                      : NULL;
+    rb.keep_ld = step_keep;
+    rb.bias = m->bias ? m->bias + b * m->bias_stride_batch +
+                            h * m->bias_stride_head +
+                            i * m->bias_stride_query
+                      : NULL;
+    rb.bias_ld = step_bias;
+
+    rb.key_end = p->lk;
+    if (m->key_lengths && m->key_lengths[b] < rb.key_end)
+        rb.key_end = m->key_lengths[b];
+    rb.causal_diag = MK_NO_CAUSAL;
+    if (m->causal != MHA_CAUSAL_NONE) {
+        int64_t shift = m->causal == MHA_CAUSAL_BOTTOM_RIGHT ? p->lk - p->lq : 0;
+        /* The last query sees the most keys; later key blocks are skipped.
+         * Grouped rows share one query, so the limit alone is the mask. */
+        int64_t last_query = pl->grouped ? 0 : i + rb.rows - 1;
+        int64_t end = last_query + shift + 1;
+        if (end < rb.key_end)
+            rb.key_end = end < 0 ? 0 : end;
+        if (!pl->grouped)
+            rb.causal_diag = i + shift;
+    }
+    return rb;
+}
+
+static mk_mask block_mask(const row_block *rb, int64_t k0, int64_t nk)
+{
+    mk_mask mk = {0};
+    if (rb->keep) {
+        mk.keep = rb->keep + k0;
+        mk.keep_ld = rb->keep_ld;
+    }
+    if (rb->bias) {
+        mk.bias = rb->bias + k0;
+        mk.bias_ld = rb->bias_ld;
     }
     mk.causal_diag =
-        w->causal ? w->q0 + w->causal_shift - k0 : MK_NO_CAUSAL;
+        rb->causal_diag == MK_NO_CAUSAL ? MK_NO_CAUSAL : rb->causal_diag - k0;
     mk.key_limit = nk;
     return mk;
 }
 
 /* Scores of one key block, scaled, masked and turned into probabilities
- * against the running max (s, m, l and alpha updated). */
+ * against the running max (s, m, row_sum and alpha updated). */
 static void score_block(const mk_table *t, const mha_problem *p,
-                        const work_item *w, const scratch *sc, int64_t k0,
-                        int64_t nk, float *row_sum)
+                        const row_block *rb, const scratch *sc, float *m,
+                        int64_t k0, int64_t nk, float *row_sum)
 {
-    t->pack_k(w->k + k0 * p->k_ss, p->k_ss, nk, p->d, sc->kp);
-    t->qk(w->q, p->q_ss, w->mq, sc->kp, nk, p->d, sc->s, t->block_k);
-    mk_mask mk = block_mask(p, w, k0, nk);
-    t->softmax_update(sc->s, t->block_k, w->mq, nk, p->scale, &mk, sc->m,
+    t->pack_k(rb->k + k0 * p->k_ss, p->k_ss, nk, p->d, sc->kp);
+    t->qk(rb->q, rb->ldq, rb->rows, sc->kp, nk, p->d, sc->s, t->block_k);
+    mk_mask mk = block_mask(rb, k0, nk);
+    t->softmax_update(sc->s, t->block_k, rb->rows, nk, p->scale, &mk, m,
                       row_sum, sc->alpha);
 }
 
-static void run_item(const mk_table *t, const mha_problem *p,
-                     const scratch *sc, const work_item *w)
+/* Streams keys [k_begin, k_end) of a row block into the accumulator o with
+ * running max m and sum l (o, m, l start empty). With weights, a first
+ * pass finds each row's final max and sum and a second turns the same
+ * scores into the probabilities it writes and applies. */
+static void stream_keys(const mk_table *t, const mha_problem *p,
+                        const row_block *rb, const scratch *sc, int64_t k_begin,
+                        int64_t k_end, float *o, float *m, float *l)
 {
     int64_t bk = t->block_k, dv = p->dv;
-    for (int64_t i = 0; i < w->mq; i++) {
-        sc->m[i] = -INFINITY;
-        sc->l[i] = 0.0f;
-        sc->l2[i] = 0.0f;
+    for (int64_t r = 0; r < rb->rows; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        sc->l2[r] = 0.0f;
     }
-    memset(sc->o, 0, (size_t)(w->mq * dv) * sizeof(float));
-    float *wrow = NULL;
-    if (p->weights) {
-        /* Pass 1 finds each row's final max and sum; pass 2 below turns
-         * the same scores into the probabilities it writes and applies. */
-        for (int64_t k0 = 0; k0 < w->key_end; k0 += bk) {
-            int64_t nk = w->key_end - k0 < bk ? w->key_end - k0 : bk;
-            score_block(t, p, w, sc, k0, nk, sc->l);
-        }
-        wrow = p->weights +
-               ((w->b * p->heads + w->h) * p->lq + w->q0) * p->lk;
+    memset(o, 0, (size_t)(rb->rows * dv) * sizeof(float));
+    if (rb->w)
+        for (int64_t k0 = k_begin; k0 < k_end; k0 += bk)
+            score_block(t, p, rb, sc, m, k0,
+                        k_end - k0 < bk ? k_end - k0 : bk, l);
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += bk) {
+        int64_t nk = k_end - k0 < bk ? k_end - k0 : bk;
+        score_block(t, p, rb, sc, m, k0, nk, rb->w ? sc->l2 : l);
+        if (rb->w)
+            t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, p->lk);
+        t->pv(sc->s, bk, rb->rows, nk, rb->v + k0 * p->v_ss, p->v_ss, dv,
+              sc->alpha, o, dv);
     }
-    for (int64_t k0 = 0; k0 < w->key_end; k0 += bk) {
-        int64_t nk = w->key_end - k0 < bk ? w->key_end - k0 : bk;
-        score_block(t, p, w, sc, k0, nk, wrow ? sc->l2 : sc->l);
-        if (wrow)
-            t->normalize(sc->s, bk, w->mq, nk, sc->l, wrow + k0, p->lk);
-        t->pv(sc->s, bk, w->mq, nk, w->v + k0 * p->v_ss, p->v_ss, dv,
-              sc->alpha, sc->o, dv);
-    }
-    if (wrow && w->key_end < p->lk)
-        for (int64_t i = 0; i < w->mq; i++)
-            memset(wrow + i * p->lk + w->key_end, 0,
-                   (size_t)(p->lk - w->key_end) * sizeof(float));
-    t->normalize(sc->o, dv, w->mq, dv, sc->l,
-                 p->out + w->b * p->o_sb + w->q0 * p->o_ss + w->h * p->o_sh,
-                 p->o_ss);
+    if (rb->w && k_end < p->lk)
+        for (int64_t r = 0; r < rb->rows; r++)
+            memset(rb->w + r * p->lk + k_end, 0,
+                   (size_t)(p->lk - k_end) * sizeof(float));
 }
 
-void mha_attention_run(const mk_table *t, const mha_problem *p, void *scratch_mem,
-                       int nthreads)
+/* Combines the chunks' partial results of one row block in chunk order and
+ * writes the normalised rows. Each partial holds rows x dv accumulator,
+ * then rows maxima, then rows sums; the first is reused as the total. */
+static void merge_chunks(const mk_table *t, const mha_problem *p,
+                         const plan *pl, const row_block *rb, float *parts)
 {
-    int64_t bq = t->block_q;
-    int64_t items = p->batch * p->heads * ((p->lq + bq - 1) / bq);
+    int64_t dv = p->dv, stride = partial_floats(pl, p);
+    float *acc = parts, *macc = acc + pl->rows * dv, *lacc = macc + pl->rows;
+    for (int64_t r = 0; r < rb->rows; r++) {
+        float mx = -INFINITY;
+        for (int64_t c = 0; c < pl->chunks; c++) {
+            float mc = parts[c * stride + pl->rows * dv + r];
+            mx = mc > mx ? mc : mx;
+        }
+        float *orow = acc + r * dv;
+        float sum = 0.0f;
+        for (int64_t c = 0; c < pl->chunks; c++) {
+            const float *part = parts + c * stride;
+            float mc = part[pl->rows * dv + r];
+            float f = mc == -INFINITY ? 0.0f : expf(mc - mx);
+            sum += f * part[pl->rows * dv + pl->rows + r];
+            if (c == 0)
+                for (int64_t x = 0; x < dv; x++)
+                    orow[x] *= f;
+            else
+                for (int64_t x = 0; x < dv; x++)
+                    orow[x] += f * part[r * dv + x];
+        }
+        lacc[r] = mx == -INFINITY ? 0.0f : sum;
+        macc[r] = mx;
+    }
+    t->normalize(acc, dv, rb->rows, dv, lacc, rb->out, rb->ldo);
+}
+
+void mha_attention_run(const mk_table *t, const mha_problem *p,
+                       void *scratch_mem, int nthreads)
+{
+    plan pl = make_plan(t, p);
+    int64_t items = pl.units * pl.chunks, pstride = partial_floats(&pl, p);
+    float *partials = scratch_mem;
+    float *thread_mem = pl.chunks > 1 ? partials + items * pstride : partials;
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1 && items > 1)
     {
-        scratch sc = thread_scratch(t, p, scratch_mem, omp_get_thread_num());
+        scratch sc = thread_scratch(t, p, thread_mem, omp_get_thread_num());
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t i = 0; i < items; i++) {
-            work_item w = make_item(p, bq, i);
-            run_item(t, p, &sc, &w);
+        for (int64_t it = 0; it < items; it++) {
+            row_block rb = make_block(p, &pl, it / pl.chunks);
+            int64_t c = it % pl.chunks;
+            int64_t k0 = c * pl.chunk_len;
+            int64_t k1 = k0 + pl.chunk_len < rb.key_end ? k0 + pl.chunk_len
+                                                        : rb.key_end;
+            if (pl.chunks == 1) {
+                stream_keys(t, p, &rb, &sc, 0, rb.key_end, sc.o, sc.m, sc.l);
+                t->normalize(sc.o, p->dv, rb.rows, p->dv, sc.l, rb.out,
+                             rb.ldo);
+                continue;
+            }
+            float *part = partials + it * pstride;
+            float *o = part, *m = o + pl.rows * p->dv, *l = m + pl.rows;
+            stream_keys(t, p, &rb, &sc, k0, k1 > k0 ? k1 : k0, o, m, l);
+        }
+        if (pl.chunks > 1) {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t u = 0; u < pl.units; u++) {
+                row_block rb = make_block(p, &pl, u);
+                merge_chunks(t, p, &pl, &rb,
+                             partials + u * pl.chunks * pstride);
+            }
         }
     }
 }
