@@ -60,9 +60,11 @@ typedef struct {
     float *m, *l; /* running max and sum per row */
     float *alpha; /* per-row rescale of the accumulator */
     float *l2;    /* weights pass: a sum nobody reads */
+    float *kw;    /* a half-precision key block widened to fp32 */
+    float *vw;    /* a half-precision value block widened to fp32 */
 } scratch;
 
-enum { NPARTS = 7 };
+enum { NPARTS = 9 };
 
 static int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 
@@ -76,8 +78,12 @@ static int scratch_parts(const mk_table *t, const mha_problem *p,
         !mha_mul_ok(bq, p->dv, &parts[2]))
         return 0;
     parts[1] = (int64_t)kp;
-    for (int i = 3; i < NPARTS; i++)
+    for (int i = 3; i < 7; i++)
         parts[i] = bq;
+    parts[7] = parts[8] = 0;
+    if ((p->k_dtype != MHA_F32 && !mha_mul_ok(bk, p->d, &parts[7])) ||
+        (p->v_dtype != MHA_F32 && !mha_mul_ok(bk, p->dv, &parts[8])))
+        return 0;
     for (int i = 0; i < NPARTS; i++) {
         if (parts[i] > INT64_MAX - 16)
             return 0;
@@ -131,6 +137,7 @@ static scratch thread_scratch(const mk_table *t, const mha_problem *p,
     scratch s;
     slot[0] = &s.s, slot[1] = &s.kp, slot[2] = &s.o, slot[3] = &s.m;
     slot[4] = &s.l, slot[5] = &s.alpha, slot[6] = &s.l2;
+    slot[7] = &s.kw, slot[8] = &s.vw;
     for (int i = 0; i < NPARTS; i++) {
         *slot[i] = f;
         f += parts[i];
@@ -145,7 +152,7 @@ typedef struct {
     int64_t rows;
     const float *q;
     ptrdiff_t ldq;
-    const float *k, *v;
+    const char *k, *v; /* bytes: the element type is the problem's */
     float *out;
     ptrdiff_t ldo;
     float *w; /* weights rows, or NULL */
@@ -182,8 +189,9 @@ static row_block make_block(const mha_problem *p, const plan *pl,
     }
     rb.q = p->q + b * p->q_sb + i * p->q_ss + h * p->q_sh;
     rb.ldq = step_q;
-    rb.k = p->k + b * p->k_sb + hk * p->k_sh;
-    rb.v = p->v + b * p->v_sb + hk * p->v_sh;
+    size_t ks = mha_dtype_size(p->k_dtype), vs = mha_dtype_size(p->v_dtype);
+    rb.k = (const char *)p->k + (size_t)(b * p->k_sb + hk * p->k_sh) * ks;
+    rb.v = (const char *)p->v + (size_t)(b * p->v_sb + hk * p->v_sh) * vs;
     rb.out = p->out + b * p->o_sb + i * p->o_ss + h * p->o_sh;
     rb.ldo = step_o;
     rb.w = p->weights ? p->weights + ((b * p->heads + h) * p->lq + i) * p->lk
@@ -234,13 +242,36 @@ static mk_mask block_mask(const row_block *rb, int64_t k0, int64_t nk)
     return mk;
 }
 
+/* Rows [k0, k0 + n) of a K or V head as fp32 rows of width elements: the
+ * rows themselves (row stride *ld), or their widened copy in buf. */
+static const float *f32_rows(const mk_table *t, const char *head,
+                             mha_dtype dtype, int64_t stride, int64_t k0,
+                             int64_t n, int64_t width, float *buf,
+                             ptrdiff_t *ld)
+{
+    if (dtype == MHA_F32) {
+        *ld = stride;
+        return (const float *)head + k0 * stride;
+    }
+    const uint16_t *x = (const uint16_t *)head + k0 * stride;
+    void (*cvt)(const uint16_t *, int64_t, float *) =
+        dtype == MHA_F16 ? t->cvt_f16 : t->cvt_bf16;
+    for (int64_t r = 0; r < n; r++)
+        cvt(x + r * stride, width, buf + r * width);
+    *ld = width;
+    return buf;
+}
+
 /* Scores of one key block, scaled, masked and turned into probabilities
  * against the running max (s, m, row_sum and alpha updated). */
 static void score_block(const mk_table *t, const mha_problem *p,
                         const row_block *rb, const scratch *sc, float *m,
                         int64_t k0, int64_t nk, float *row_sum)
 {
-    t->pack_k(rb->k + k0 * p->k_ss, p->k_ss, nk, p->d, sc->kp);
+    ptrdiff_t ldk;
+    const float *k =
+        f32_rows(t, rb->k, p->k_dtype, p->k_ss, k0, nk, p->d, sc->kw, &ldk);
+    t->pack_k(k, ldk, nk, p->d, sc->kp);
     t->qk(rb->q, rb->ldq, rb->rows, sc->kp, nk, p->d, sc->s, t->block_k);
     mk_mask mk = block_mask(rb, k0, nk);
     t->softmax_update(sc->s, t->block_k, rb->rows, nk, p->scale, &mk, m,
@@ -271,8 +302,10 @@ static void stream_keys(const mk_table *t, const mha_problem *p,
         score_block(t, p, rb, sc, m, k0, nk, rb->w ? sc->l2 : l);
         if (rb->w)
             t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, p->lk);
-        t->pv(sc->s, bk, rb->rows, nk, rb->v + k0 * p->v_ss, p->v_ss, dv,
-              sc->alpha, o, dv);
+        ptrdiff_t ldv;
+        const float *v = f32_rows(t, rb->v, p->v_dtype, p->v_ss, k0, nk, dv,
+                                  sc->vw, &ldv);
+        t->pv(sc->s, bk, rb->rows, nk, v, ldv, dv, sc->alpha, o, dv);
     }
     if (rb->w && k_end < p->lk)
         for (int64_t r = 0; r < rb->rows; r++)

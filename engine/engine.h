@@ -41,7 +41,9 @@ MHA_API long mha_test_fail_alloc_after(long n);
 
 /* attention.c: the validated problem, shared with the layer. */
 typedef struct mha_problem {
-    const float *q, *k, *v;
+    const float *q;
+    const void *k, *v; /* of k_dtype, v_dtype */
+    mha_dtype k_dtype, v_dtype;
     float *out;
     int64_t batch, lq, lk, heads, kv_heads, d, dv;
     int64_t q_sb, q_ss, q_sh; /* element strides: batch, seq, head */
@@ -59,6 +61,8 @@ mha_status mha_validate_attention(const mha_attention_args *args,
 mha_status mha_validate_mask(const mha_mask *mask, int64_t batch,
                              int64_t heads, int64_t lq, int64_t lk,
                              mha_mask *copy);
+/* Bytes of one element of dtype; 0 for an unknown dtype. */
+size_t mha_dtype_size(mha_dtype dtype);
 /* Overflow-checked arithmetic: return 0 on overflow. */
 int mha_mul_ok(int64_t a, int64_t b, int64_t *r);
 int mha_add_ok(int64_t a, int64_t b, int64_t *r);

@@ -210,6 +210,7 @@ mha_status mha_layer_forward(const mha_layer *layer, const float *query,
     const mk_table *t = &layer->engine->kernels;
     int nthreads = mha_threads_for_call(layer->engine);
     p.q = NULL, p.k = NULL, p.v = NULL, p.out = NULL;
+    p.k_dtype = p.v_dtype = MHA_F32;
     p.batch = batch, p.lq = lq, p.lk = lk, p.heads = h, p.kv_heads = h;
     p.d = p.dv = e / h;
     p.q_sb = p.o_sb = lq * e;

@@ -44,15 +44,29 @@ static int extent_span(const void *base, const int64_t *sizes,
     return 1;
 }
 
+size_t mha_dtype_size(mha_dtype dtype)
+{
+    switch (dtype) {
+    case MHA_F32: return 4;
+    case MHA_F16:
+    case MHA_BF16: return 2;
+    }
+    return 0;
+}
+
+/* half_ok: the tensor may hold MHA_F16 or MHA_BF16 (k and v). */
 static mha_status check_tensor(const mha_tensor *t, const char *name,
-                               span *range)
+                               int half_ok, span *range)
 {
     if (!t->data)
         return mha_fail(MHA_ERR_NULL_POINTER, "%s.data is NULL", name);
-    if (t->dtype != MHA_F32)
+    size_t elem = mha_dtype_size(t->dtype);
+    if (elem == 0 || (!half_ok && t->dtype != MHA_F32))
         return mha_fail(MHA_ERR_UNSUPPORTED,
-                        "%s.dtype (%d) is not supported (only MHA_F32)", name,
-                        (int)t->dtype);
+                        "%s.dtype (%d) is not supported (%s)", name,
+                        (int)t->dtype,
+                        half_ok ? "MHA_F32, MHA_F16 or MHA_BF16"
+                                : "only MHA_F32");
     const int64_t sizes[4] = {t->batch, t->seq, t->heads, t->dim};
     const char *axes[4] = {"batch", "seq", "heads", "dim"};
     for (int i = 0; i < 4; i++)
@@ -67,7 +81,7 @@ static mha_status check_tensor(const mha_tensor *t, const char *name,
             return mha_fail(MHA_ERR_BAD_STRIDE,
                             "%s.%s (%lld) is negative", name, snames[i],
                             (long long)strides[i]);
-    if (!extent_span(t->data, sizes, strides, 4, sizeof(float), range))
+    if (!extent_span(t->data, sizes, strides, 4, elem, range))
         return mha_fail(MHA_ERR_OVERFLOW,
                         "%s spans more bytes than fit in 64 bits", name);
     return MHA_OK;
@@ -191,10 +205,10 @@ mha_status mha_validate_attention(const mha_attention_args *args,
                      *o = &args->out;
     span rq, rk, rv, ro, rw = {0, 0};
     mha_status st;
-    if ((st = check_tensor(q, "q", &rq)) != MHA_OK ||
-        (st = check_tensor(k, "k", &rk)) != MHA_OK ||
-        (st = check_tensor(v, "v", &rv)) != MHA_OK ||
-        (st = check_tensor(o, "out", &ro)) != MHA_OK)
+    if ((st = check_tensor(q, "q", 0, &rq)) != MHA_OK ||
+        (st = check_tensor(k, "k", 1, &rk)) != MHA_OK ||
+        (st = check_tensor(v, "v", 1, &rv)) != MHA_OK ||
+        (st = check_tensor(o, "out", 0, &ro)) != MHA_OK)
         return st;
 
 #define SAME(a, fa, b, fb)                                                  \
@@ -269,6 +283,7 @@ mha_status mha_validate_attention(const mha_attention_args *args,
                             "a mask array overlaps an output");
 
     p->q = q->data, p->k = k->data, p->v = v->data, p->out = o->data;
+    p->k_dtype = k->dtype, p->v_dtype = v->dtype;
     p->batch = B, p->lq = Lq, p->lk = Lk, p->heads = H;
     p->kv_heads = k->heads, p->d = q->dim, p->dv = v->dim;
     p->q_sb = q->stride_batch, p->q_ss = q->stride_seq,

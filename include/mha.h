@@ -101,11 +101,17 @@ MHA_API const char *mha_isa_name(mha_isa isa);
 /* ------------------------------------------------------------------ */
 /* Tensors                                                             */
 
+/* Element types. q and out are always MHA_F32; k and v may be stored in
+ * half precision (each independently): converted to fp32 in registers,
+ * accumulated in fp32. Other combinations give MHA_ERR_UNSUPPORTED. */
 typedef enum mha_dtype {
-    MHA_F32 = 0 /* the only element type of this version */
+    MHA_F32 = 0,
+    MHA_F16 = 1, /* IEEE binary16, as uint16_t */
+    MHA_BF16 = 2 /* bfloat16, as uint16_t */
 } mha_dtype;
 
-/* A logical [batch, seq, heads, dim] array. Strides count elements; the
+/* A logical [batch, seq, heads, dim] array of dtype elements (MHA_F32
+ * unless set otherwise). Strides count elements; the
  * dim axis is contiguous. Any non-negative strides are accepted for inputs
  * (0 broadcasts); the output must not overlap any input. */
 typedef struct mha_tensor {

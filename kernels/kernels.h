@@ -77,6 +77,11 @@ typedef struct mk_table {
     void (*normalize)(const float *o, ptrdiff_t ldo, int64_t m, int64_t dv,
                       const float *row_sum, float *out, ptrdiff_t ldout);
 
+    /* Half-precision keys and values: widen n binary16 / bfloat16 values
+     * to fp32 (exactly; NaN stays NaN). */
+    void (*cvt_f16)(const uint16_t *x, int64_t n, float *y);
+    void (*cvt_bf16)(const uint16_t *x, int64_t n, float *y);
+
     /* The layer's projections: c = a w^T (+ bias), w in nn.Linear layout
      * [n, k], packed once by pack_w into packed_w_floats(n, k) floats. */
     size_t (*packed_w_floats)(int64_t n, int64_t k);

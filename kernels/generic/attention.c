@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "generic.h"
 #include "kernels.h"
 
 /* exp(x) for x <= 0 (or NaN), inline and branch-free so the softmax loop
@@ -141,13 +142,6 @@ static void generic_normalize(const float *o, ptrdiff_t ldo, int64_t m,
     }
 }
 
-/* From linear.c. */
-size_t mk_generic_packed_w_floats(int64_t n, int64_t k);
-void mk_generic_pack_w(const float *w, int64_t n, int64_t k, float *wp);
-void mk_generic_linear(const float *a, ptrdiff_t lda, int64_t m,
-                       const float *wp, int64_t n, int64_t k,
-                       const float *bias, float *c, ptrdiff_t ldc);
-
 const mk_table mk_table_generic = {
     .name = "generic",
     .block_q = 32,
@@ -158,6 +152,8 @@ const mk_table mk_table_generic = {
     .softmax_update = generic_softmax_update,
     .pv = generic_pv,
     .normalize = generic_normalize,
+    .cvt_f16 = mk_generic_cvt_f16,
+    .cvt_bf16 = mk_generic_cvt_bf16,
     .packed_w_floats = mk_generic_packed_w_floats,
     .pack_w = mk_generic_pack_w,
     .linear = mk_generic_linear,

@@ -3,13 +3,8 @@
 #include <assert.h>
 
 #include "gemm.h"
+#include "generic.h"
 #include "kernels.h"
-
-size_t mk_generic_packed_w_floats(int64_t n, int64_t k);
-void mk_generic_pack_w(const float *w, int64_t n, int64_t k, float *wp);
-void mk_generic_linear(const float *a, ptrdiff_t lda, int64_t m,
-                       const float *wp, int64_t n, int64_t k,
-                       const float *bias, float *c, ptrdiff_t ldc);
 
 size_t mk_generic_packed_w_floats(int64_t n, int64_t k)
 {
