@@ -4,24 +4,23 @@
 
 #include "generic.h"
 
-/* binary16 -> binary32: rebias normal exponents; subnormals are the
- * integer mantissa times 2^-24; infinities and NaNs keep their payload. */
+/* binary16 -> binary32 without branches: move exponent and mantissa into
+ * place and rebias; a subnormal (exponent 0) is then off by 2^-14, which one
+ * float subtraction of 2^-14 removes exactly; infinities and NaNs get the
+ * all-ones exponent. */
 static inline float f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1Fu;
-    uint32_t man = h & 0x3FFu;
-    uint32_t bits;
-    float f;
-    if (exp == 0) {
-        f = (float)man * (1.0f / 16777216.0f); /* 2^-24, exact */
-        memcpy(&bits, &f, sizeof bits);
-        bits |= sign;
-    } else if (exp == 0x1F) {
-        bits = sign | 0x7F800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 112u) << 23) | (man << 13);
-    }
+    uint32_t body = (uint32_t)(h & 0x7FFFu) << 13;
+    uint32_t exp = body & 0x0F800000u;
+    uint32_t bits = body + (112u << 23);
+    bits += exp == 0x0F800000u ? (112u << 23) : 0u;
+    bits += exp == 0 ? (1u << 23) : 0u;
+    float f, magic = 6.103515625e-05f; /* 2^-14 */
+    memcpy(&f, &bits, sizeof f);
+    f = exp == 0 ? f - magic : f;
+    memcpy(&bits, &f, sizeof bits);
+    bits |= sign;
     memcpy(&f, &bits, sizeof f);
     return f;
 }
