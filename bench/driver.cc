@@ -1,0 +1,343 @@
+// Google Benchmark driver: registers one case per (kind, shape, ISA, thread
+// count) and calls only the C shim. Counters: GFLOPS (attention FLOPs
+// 4*B*H*Lq*Lk*d, dense-equivalent under a causal mask, plus the projections
+// for the layer) and, for decode, GBPS (K and V bytes read per second).
+//
+// Own flags (the rest are Google Benchmark's):
+//   --threads=1,2,4    thread counts (default 1, 2, 4, ... and the core count)
+//   --isa=generic,avx2 ISAs to run, of those this build and CPU support
+//   --no-self-check    skip comparing the BLAS baseline with mha_attention
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "shim.h"
+
+#ifndef MHA_BENCH_BUILDTYPE
+#define MHA_BENCH_BUILDTYPE "unknown"
+#endif
+
+namespace {
+
+struct Shape {
+    const char *kind;
+    int64_t b, h, hkv, lq, lk, d;
+};
+
+// The cases of the issue. The layer's E is H * d.
+const Shape kShapes[] = {
+    {"attention", 1, 8, 8, 512, 512, 64},
+    {"attention", 1, 16, 16, 2048, 2048, 64},
+    {"attention", 1, 32, 32, 1024, 1024, 128},
+    {"attention", 4, 12, 12, 512, 512, 64},
+    {"causal", 1, 16, 16, 2048, 2048, 64},
+    {"decode", 1, 32, 32, 1, 4096, 128},
+    {"decode", 8, 32, 32, 1, 2048, 128},
+    {"decode", 1, 32, 8, 1, 8192, 128},
+    {"layer", 1, 8, 8, 512, 512, 64},
+    {"layer", 1, 16, 16, 2048, 2048, 64},
+};
+
+// Steps of the peak microkernel per call: a few milliseconds on one core.
+constexpr int64_t kPeakIterations = int64_t{1} << 21;
+
+std::string ShapeName(const Shape &s)
+{
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "B%lld_H%lld_KV%lld_Lq%lld_Lk%lld_D%lld",
+                  static_cast<long long>(s.b), static_cast<long long>(s.h),
+                  static_cast<long long>(s.hkv), static_cast<long long>(s.lq),
+                  static_cast<long long>(s.lk), static_cast<long long>(s.d));
+    return buf;
+}
+
+// The case being measured. Google Benchmark calls a case's function once per
+// repetition; keeping its inputs until the next case starts spares the
+// setup (up to 0.5 GB of random data) and holds one case in memory at once.
+class CurrentCase {
+  public:
+    ~CurrentCase() { bench_case_destroy(case_); }
+    bench_case *Get(const std::string &name, const bench_spec &spec)
+    {
+        if (name != name_) {
+            bench_case_destroy(case_);
+            case_ = nullptr;
+            name_.clear();
+            case_ = bench_case_create(&spec);
+            if (case_ != nullptr)
+                name_ = name;
+        }
+        return case_;
+    }
+
+  private:
+    std::string name_;
+    bench_case *case_ = nullptr;
+};
+
+CurrentCase current;
+
+using Clock = std::chrono::steady_clock;
+
+// Rates come from our own wall clock: the calls run on an OpenMP team, so
+// the main thread's CPU time is not the elapsed time, and UseRealTime()
+// would append "/real_time" to the names.
+double SecondsPerIteration(const benchmark::State &state, Clock::time_point t0)
+{
+    const std::chrono::duration<double> elapsed = Clock::now() - t0;
+    const double iterations = static_cast<double>(state.iterations());
+    return iterations > 0 ? elapsed.count() / iterations : 0.0;
+}
+
+void RunCase(benchmark::State &state, const std::string &name,
+             const bench_spec &spec, bool decode)
+{
+    bench_case *c = current.Get(name, spec);
+    if (c == nullptr) {
+        state.SkipWithError(bench_error());
+        return;
+    }
+    const auto t0 = Clock::now();
+    for (auto _ : state) {
+        if (bench_case_run(c) != 0) {
+            state.SkipWithError(bench_error());
+            break;
+        }
+    }
+    const double seconds = SecondsPerIteration(state, t0);
+    if (seconds <= 0.0)
+        return;
+    state.counters["GFLOPS"] = bench_spec_flops(&spec) / seconds * 1e-9;
+    if (decode)
+        state.counters["GBPS"] = bench_spec_kv_bytes(&spec) / seconds * 1e-9;
+    if (spec.causal != MHA_CAUSAL_NONE)
+        state.SetLabel("dense-equivalent");
+}
+
+void RunPeak(benchmark::State &state, mha_isa isa, int threads)
+{
+    double flops = 0.0;
+    const auto t0 = Clock::now();
+    for (auto _ : state) {
+        flops = bench_fma_peak_run(isa, threads, kPeakIterations);
+        if (flops < 0.0) {
+            state.SkipWithError("no peak microkernel for this ISA");
+            break;
+        }
+    }
+    const double seconds = SecondsPerIteration(state, t0);
+    if (seconds > 0.0 && flops > 0.0)
+        state.counters["GFLOPS"] = flops / seconds * 1e-9;
+}
+
+std::vector<int> DefaultThreads()
+{
+    const int cores = bench_core_count();
+    std::vector<int> out;
+    for (int t = 1; t < cores; t *= 2)
+        out.push_back(t);
+    out.push_back(cores > 0 ? cores : 1);
+    return out;
+}
+
+// "1,2,4" -> {1, 2, 4}; false on anything else.
+bool ParseThreads(const char *list, std::vector<int> *out)
+{
+    out->clear();
+    const char *p = list;
+    while (*p != '\0') {
+        char *end = nullptr;
+        const long t = std::strtol(p, &end, 10);
+        if (end == p || t <= 0 || t > 4096)
+            return false;
+        out->push_back(static_cast<int>(t));
+        p = end;
+        if (*p == ',')
+            ++p;
+        else if (*p != '\0')
+            return false;
+    }
+    return !out->empty();
+}
+
+bool ParseIsas(const char *list, std::vector<mha_isa> *out)
+{
+    out->clear();
+    std::string rest = list;
+    while (!rest.empty()) {
+        const size_t comma = rest.find(',');
+        const std::string name = rest.substr(0, comma);
+        rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+        bool known = false;
+        for (mha_isa isa : {MHA_ISA_GENERIC, MHA_ISA_AVX2, MHA_ISA_NEON}) {
+            if (name == mha_isa_name(isa)) {
+                out->push_back(isa);
+                known = true;
+            }
+        }
+        if (!known)
+            return false;
+    }
+    return !out->empty();
+}
+
+std::string Join(const std::vector<std::string> &items)
+{
+    std::string out;
+    for (const std::string &s : items)
+        out += (out.empty() ? "" : ",") + s;
+    return out;
+}
+
+bench_spec MakeSpec(const Shape &s, bench_impl impl, mha_isa isa, int threads)
+{
+    bench_spec spec{};
+    spec.impl = impl;
+    spec.batch = s.b;
+    spec.heads = s.h;
+    spec.kv_heads = s.hkv;
+    spec.lq = s.lq;
+    spec.lk = s.lk;
+    spec.d = s.d;
+    spec.causal = std::strcmp(s.kind, "causal") == 0 ? MHA_CAUSAL_BOTTOM_RIGHT
+                                                     : MHA_CAUSAL_NONE;
+    spec.layout = BENCH_LAYOUT_BSHD;
+    spec.isa = isa;
+    spec.threads = threads;
+    return spec;
+}
+
+void Register(const std::string &name, const bench_spec &spec, bool decode)
+{
+    benchmark::RegisterBenchmark(
+        name.c_str(),
+        [name, spec, decode](benchmark::State &state) {
+            RunCase(state, name, spec, decode);
+        })
+        ->Unit(benchmark::kMillisecond);
+}
+
+void RegisterAll(const std::vector<mha_isa> &isas,
+                 const std::vector<int> &threads)
+{
+    for (mha_isa isa : isas) {
+        for (int t : threads) {
+            const std::string name = std::string("fma_peak/") +
+                                     mha_isa_name(isa) + "/threads:" +
+                                     std::to_string(t);
+            benchmark::RegisterBenchmark(name.c_str(), [isa, t](
+                                                           benchmark::State &st) {
+                RunPeak(st, isa, t);
+            })->Unit(benchmark::kMillisecond);
+        }
+    }
+    std::vector<std::string> baselines;
+    for (const Shape &s : kShapes) {
+        const std::string shape = ShapeName(s);
+        const bool layer = std::strcmp(s.kind, "layer") == 0;
+        const bool decode = std::strcmp(s.kind, "decode") == 0;
+        for (mha_isa isa : isas) {
+            for (int t : threads) {
+                Register(std::string(s.kind) + "/" + shape + "/" +
+                             mha_isa_name(isa) + "/threads:" +
+                             std::to_string(t),
+                         MakeSpec(s, layer ? BENCH_IMPL_LAYER
+                                           : BENCH_IMPL_ATTENTION,
+                                  isa, t),
+                         decode);
+            }
+        }
+        // One dense baseline per attention shape, right after the first
+        // cases of that shape so both see the same machine.
+        bool seen = false;
+        for (const std::string &b : baselines)
+            seen = seen || b == shape;
+        if (layer || seen || !bench_have_blas())
+            continue;
+        baselines.push_back(shape);
+        Shape dense = s;
+        dense.kind = "blas_baseline";
+        for (int t : threads) {
+            Register("blas_baseline/" + shape + "/openblas/threads:" +
+                         std::to_string(t),
+                     MakeSpec(dense, BENCH_IMPL_BLAS, MHA_ISA_GENERIC, t),
+                     decode);
+        }
+    }
+}
+
+}  // namespace
+
+int main(int argc, char **argv)
+{
+    benchmark::Initialize(&argc, argv);
+    std::vector<int> threads = DefaultThreads();
+    std::vector<mha_isa> wanted = {MHA_ISA_GENERIC, MHA_ISA_AVX2,
+                                   MHA_ISA_NEON};
+    bool self_check = true;
+    for (int i = 1; i < argc; ++i) {
+        const char *arg = argv[i];
+        bool ok = true;
+        if (std::strncmp(arg, "--threads=", 10) == 0)
+            ok = ParseThreads(arg + 10, &threads);
+        else if (std::strncmp(arg, "--isa=", 6) == 0)
+            ok = ParseIsas(arg + 6, &wanted);
+        else if (std::strcmp(arg, "--no-self-check") == 0)
+            self_check = false;
+        else
+            ok = false;
+        if (!ok) {
+            std::fprintf(stderr,
+                         "mha_bench: bad argument '%s'\n"
+                         "own flags: --threads=1,2,4 --isa=generic,avx2,neon "
+                         "--no-self-check\n",
+                         arg);
+            return 2;
+        }
+    }
+
+    std::vector<mha_isa> isas;
+    std::vector<std::string> isa_names, thread_names;
+    for (mha_isa isa : wanted) {
+        if (bench_isa_supported(isa)) {
+            isas.push_back(isa);
+            isa_names.push_back(mha_isa_name(isa));
+        }
+    }
+    if (isas.empty()) {
+        std::fprintf(stderr, "mha_bench: none of the requested ISAs runs here\n");
+        return 2;
+    }
+    for (int t : threads)
+        thread_names.push_back(std::to_string(t));
+
+    if (self_check) {
+        if (bench_self_check() != 0) {
+            std::fprintf(stderr, "mha_bench: %s\n", bench_error());
+            return 1;
+        }
+        if (bench_have_blas())
+            std::fprintf(stderr, "mha_bench: self-check passed: the BLAS "
+                                 "baseline agrees with mha_attention\n");
+    }
+
+    benchmark::AddCustomContext("cpu_model", bench_cpu_model());
+    benchmark::AddCustomContext("libmha_version", mha_version());
+    benchmark::AddCustomContext("libmha_buildtype", MHA_BENCH_BUILDTYPE);
+    benchmark::AddCustomContext("isas", Join(isa_names));
+    benchmark::AddCustomContext("threads", Join(thread_names));
+    benchmark::AddCustomContext("blas_baseline",
+                                bench_have_blas() ? "openblas" : "absent");
+    benchmark::AddCustomContext(
+        "flops", "4*B*H*Lq*Lk*d (causal: dense-equivalent); layer adds "
+                 "4*B*E*E*(Lq+Lk)");
+    RegisterAll(isas, threads);
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

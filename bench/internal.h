@@ -1,0 +1,38 @@
+/* Shared by the C files of bench/; the driver sees only shim.h. */
+#ifndef MHA_BENCH_INTERNAL_H
+#define MHA_BENCH_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mha.h"
+
+/* shim.c: records a formatted message for bench_error(). Returns -1. */
+int bench_fail(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* blas_baseline.c (built only with MHA_BENCH_HAVE_BLAS): the attention a C
+ * user writes with OpenBLAS. Per (batch, head): S = scale * Q K^T by
+ * cblas_sgemm, a row softmax (masked entries and fully masked rows as in
+ * mha.h), O = P V by cblas_sgemm; OpenMP across batch x heads with OpenBLAS
+ * held to one thread. Reads the tensors and scale of args (mask: only the
+ * causal flag); scratch holds bench_blas_scratch_floats() floats. */
+size_t bench_blas_scratch_floats(const mha_attention_args *args, int threads);
+void bench_blas_attention(const mha_attention_args *args, mha_causal causal,
+                          int threads, float *scratch);
+
+/* Independent multiply-add chains, one thread's share: `iterations` steps
+ * of every chain. The return value depends on all chains so that no
+ * compiler can drop them. */
+float bench_chains_generic(int64_t iterations);
+float bench_chains_avx2(int64_t iterations); /* MHA_BENCH_HAVE_CHAINS_AVX2 */
+float bench_chains_neon(int64_t iterations); /* MHA_BENCH_HAVE_CHAINS_NEON */
+/* Floating-point operations per iteration of each. */
+extern const double bench_chains_generic_flops;
+extern const double bench_chains_avx2_flops;
+extern const double bench_chains_neon_flops;
+
+#endif

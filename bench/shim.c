@@ -1,0 +1,309 @@
+/* The benchmark cases: inputs, engines and the call each iteration makes. */
+#include "shim.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static char error_message[512];
+
+int bench_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(error_message, sizeof error_message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+const char *bench_error(void) { return error_message; }
+
+struct bench_case {
+    bench_spec spec;
+    mha_engine *engine;
+    mha_layer *layer;
+    mha_mask mask;
+    mha_attention_args args; /* attention and BLAS */
+    float *q, *k, *v, *out;  /* the layer: query, key (= value), out */
+    float *scratch;          /* BLAS only */
+    size_t out_count;
+};
+
+/* 64-byte aligned, rounded up to whole cache lines as aligned_alloc wants. */
+static float *alloc_floats(size_t n)
+{
+    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+    return aligned_alloc(64, bytes > 0 ? bytes : 64);
+}
+
+/* Uniform in [-amplitude, amplitude): a hash of (seed, index), so the data
+ * does not depend on the thread count that fills it. */
+static void fill(float *x, size_t n, uint64_t seed, float amplitude)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) {
+        uint64_t z = seed * 0x9E3779B97F4A7C15u + i;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+        z ^= z >> 31;
+        const float unit = (float)(z >> 40) * (1.0f / 16777216.0f);
+        x[i] = amplitude * (2.0f * unit - 1.0f);
+    }
+}
+
+static mha_tensor make_tensor(float *data, const bench_spec *s, int64_t seq,
+                              int64_t heads)
+{
+    return s->layout == BENCH_LAYOUT_BHSD
+               ? mha_tensor_bhsd(data, s->batch, seq, heads, s->d)
+               : mha_tensor_bshd(data, s->batch, seq, heads, s->d);
+}
+
+static int check_spec(const bench_spec *s)
+{
+    if (s->batch <= 0 || s->heads <= 0 || s->kv_heads <= 0 || s->lq <= 0 ||
+        s->lk <= 0 || s->d <= 0 || s->threads <= 0)
+        return bench_fail("sizes and threads must be positive");
+    if (s->heads % s->kv_heads != 0)
+        return bench_fail("kv_heads (%lld) does not divide heads (%lld)",
+                          (long long)s->kv_heads, (long long)s->heads);
+    if (s->impl == BENCH_IMPL_LAYER && s->kv_heads != s->heads)
+        return bench_fail("the layer has no grouped-query form");
+    if (s->impl != BENCH_IMPL_ATTENTION && s->impl != BENCH_IMPL_LAYER &&
+        s->impl != BENCH_IMPL_BLAS)
+        return bench_fail("unknown impl %d", (int)s->impl);
+#if !defined(MHA_BENCH_HAVE_BLAS)
+    if (s->impl == BENCH_IMPL_BLAS)
+        return bench_fail("built without OpenBLAS");
+#endif
+    return 0;
+}
+
+static int create_engine(bench_case *c)
+{
+    mha_config config = {.num_threads = c->spec.threads, .isa = c->spec.isa};
+    mha_status st = mha_engine_create(&config, &c->engine);
+    if (st != MHA_OK)
+        return bench_fail("mha_engine_create(%s, %d threads): %s: %s",
+                          mha_isa_name(c->spec.isa), c->spec.threads,
+                          mha_status_string(st), mha_last_error());
+    return 0;
+}
+
+static int setup_attention(bench_case *c)
+{
+    const bench_spec *s = &c->spec;
+    const size_t nq = (size_t)(s->batch * s->lq * s->heads * s->d);
+    const size_t nk = (size_t)(s->batch * s->lk * s->kv_heads * s->d);
+    c->q = alloc_floats(nq);
+    c->k = alloc_floats(nk);
+    c->v = alloc_floats(nk);
+    c->out = alloc_floats(nq);
+    if (!c->q || !c->k || !c->v || !c->out)
+        return bench_fail("out of memory for the inputs");
+    fill(c->q, nq, 1, 1.0f);
+    fill(c->k, nk, 2, 1.0f);
+    fill(c->v, nk, 3, 1.0f);
+    memset(c->out, 0, nq * sizeof(float));
+    c->out_count = nq;
+
+    c->args.q = make_tensor(c->q, s, s->lq, s->heads);
+    c->args.k = make_tensor(c->k, s, s->lk, s->kv_heads);
+    c->args.v = make_tensor(c->v, s, s->lk, s->kv_heads);
+    c->args.out = make_tensor(c->out, s, s->lq, s->heads);
+
+    if (s->impl == BENCH_IMPL_ATTENTION)
+        return create_engine(c);
+#if defined(MHA_BENCH_HAVE_BLAS)
+    c->scratch = alloc_floats(bench_blas_scratch_floats(&c->args, s->threads));
+    if (!c->scratch)
+        return bench_fail("out of memory for the BLAS scores");
+#endif
+    return 0;
+}
+
+/* Self-attention when Lq == Lk (query, key and value the same array), else
+ * one array of Lk rows serves as key and value. */
+static int setup_layer(bench_case *c)
+{
+    const bench_spec *s = &c->spec;
+    const int64_t e = s->heads * s->d;
+    const size_t nq = (size_t)(s->batch * s->lq * e);
+    const size_t nk = (size_t)(s->batch * s->lk * e);
+    const size_t ee = (size_t)(e * e);
+    float *in_w = alloc_floats(3 * ee), *in_b = alloc_floats(3 * (size_t)e);
+    float *out_w = alloc_floats(ee), *out_b = alloc_floats((size_t)e);
+    int rc = 0;
+    c->q = alloc_floats(nq);
+    c->k = s->lq == s->lk ? c->q : alloc_floats(nk);
+    c->out = alloc_floats(nq);
+    if (!in_w || !in_b || !out_w || !out_b || !c->q || !c->k || !c->out) {
+        rc = bench_fail("out of memory for the layer");
+        goto done;
+    }
+    /* nn.Linear's initialisation range keeps activations near unit scale. */
+    const float bound = 1.0f / sqrtf((float)e);
+    fill(in_w, 3 * ee, 4, bound);
+    fill(in_b, 3 * (size_t)e, 5, bound);
+    fill(out_w, ee, 6, bound);
+    fill(out_b, (size_t)e, 7, bound);
+    fill(c->q, nq, 1, 1.0f);
+    if (c->k != c->q)
+        fill(c->k, nk, 2, 1.0f);
+    memset(c->out, 0, nq * sizeof(float));
+    c->out_count = nq;
+
+    rc = create_engine(c);
+    if (rc != 0)
+        goto done;
+    const mha_layer_desc desc = {.embed_dim = e,
+                                 .num_heads = s->heads,
+                                 .in_proj_weight = in_w,
+                                 .in_proj_bias = in_b,
+                                 .out_proj_weight = out_w,
+                                 .out_proj_bias = out_b};
+    mha_status st = mha_layer_create(c->engine, &desc, &c->layer);
+    if (st != MHA_OK)
+        rc = bench_fail("mha_layer_create: %s: %s", mha_status_string(st),
+                        mha_last_error());
+done:
+    free(in_w);
+    free(in_b);
+    free(out_w);
+    free(out_b);
+    return rc;
+}
+
+bench_case *bench_case_create(const bench_spec *spec)
+{
+    if (check_spec(spec) != 0)
+        return NULL;
+    bench_case *c = calloc(1, sizeof *c);
+    if (!c) {
+        bench_fail("out of memory");
+        return NULL;
+    }
+    c->spec = *spec;
+    c->mask.causal = spec->causal;
+    c->args.mask = spec->causal != MHA_CAUSAL_NONE ? &c->mask : NULL;
+    const int rc = spec->impl == BENCH_IMPL_LAYER ? setup_layer(c)
+                                                  : setup_attention(c);
+    if (rc != 0) {
+        bench_case_destroy(c);
+        return NULL;
+    }
+    return c;
+}
+
+int bench_case_run(bench_case *c)
+{
+    mha_status st = MHA_OK;
+    switch (c->spec.impl) {
+    case BENCH_IMPL_ATTENTION:
+        st = mha_attention(c->engine, &c->args);
+        break;
+    case BENCH_IMPL_LAYER:
+        st = mha_layer_forward(c->layer, c->q, c->k, c->k, c->spec.batch,
+                               c->spec.lq, c->spec.lk, c->args.mask, c->out,
+                               NULL);
+        break;
+    case BENCH_IMPL_BLAS:
+#if defined(MHA_BENCH_HAVE_BLAS)
+        bench_blas_attention(&c->args, c->spec.causal, c->spec.threads,
+                             c->scratch);
+#endif
+        break;
+    }
+    if (st != MHA_OK)
+        return bench_fail("%s: %s", mha_status_string(st), mha_last_error());
+    return 0;
+}
+
+void bench_case_destroy(bench_case *c)
+{
+    if (!c)
+        return;
+    mha_layer_destroy(c->layer);
+    mha_engine_destroy(c->engine);
+    if (c->k != c->q)
+        free(c->k);
+    free(c->q);
+    free(c->v);
+    free(c->out);
+    free(c->scratch);
+    free(c);
+}
+
+const float *bench_case_output(const bench_case *c, size_t *count)
+{
+    *count = c->out_count;
+    return c->out;
+}
+
+double bench_spec_flops(const bench_spec *s)
+{
+    const double core = 4.0 * (double)s->batch * (double)s->heads *
+                        (double)s->lq * (double)s->lk * (double)s->d;
+    if (s->impl != BENCH_IMPL_LAYER)
+        return core;
+    const double e = (double)(s->heads * s->d);
+    /* q and output projections over Lq rows, k and v over Lk rows. */
+    return core + 2.0 * (double)s->batch * e * e *
+                      (2.0 * (double)s->lq + 2.0 * (double)s->lk);
+}
+
+double bench_spec_kv_bytes(const bench_spec *s)
+{
+    return 2.0 * (double)s->batch * (double)s->lk * (double)s->kv_heads *
+           (double)s->d * (double)sizeof(float);
+}
+
+int bench_isa_supported(mha_isa isa)
+{
+    mha_config config = {.num_threads = 1, .isa = isa};
+    mha_engine *engine = NULL;
+    if (mha_engine_create(&config, &engine) != MHA_OK)
+        return 0;
+    mha_engine_destroy(engine);
+    return 1;
+}
+
+int bench_have_blas(void)
+{
+#if defined(MHA_BENCH_HAVE_BLAS)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+int bench_core_count(void) { return omp_get_num_procs(); }
+
+const char *bench_cpu_model(void)
+{
+    static char model[256] = "unknown";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return model;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        /* "model name" on x86, "Model" or "CPU part" elsewhere. */
+        const char *colon = strchr(line, ':');
+        if (!colon || (strncmp(line, "model name", 10) != 0 &&
+                       strncmp(line, "Model", 5) != 0))
+            continue;
+        const char *v = colon + 1;
+        while (*v == ' ' || *v == '\t')
+            ++v;
+        snprintf(model, sizeof model, "%s", v);
+        model[strcspn(model, "\n")] = '\0';
+        break;
+    }
+    fclose(f);
+    return model;
+}

@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Tables and a scaling chart from mha_bench's Google Benchmark JSON.
+
+One table per case (kind and shape): per ISA and thread count the median
+over repetitions of GFLOP/s (GB/s for decode), the spread of the
+repetitions, the speedup over one thread, the parallel efficiency, the share
+of the FMA peak measured in the same run, and the ratio to the OpenBLAS
+baseline of the same shape and thread count.
+
+Usage: bench_report.py RESULTS.json [--markdown FILE] [--png FILE]
+                       [--command TEXT]
+Exits non-zero when a case reported an error or nothing was measured.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+
+KIND_ORDER = ["attention", "causal", "decode", "layer", "blas_baseline"]
+ISA_ORDER = ["generic", "avx2", "neon", "openblas"]
+BASELINE_ISA = "openblas"
+
+
+def isa_rank(isa):
+    return ISA_ORDER.index(isa) if isa in ISA_ORDER else len(ISA_ORDER)
+
+
+def parse_name(run_name):
+    """'attention/B1_.../avx2/threads:2' -> (kind, shape, isa, threads);
+    'fma_peak/avx2/threads:2' -> ('fma_peak', '', 'avx2', 2)."""
+    parts = run_name.split("/")
+    if not parts[-1].startswith("threads:"):
+        return None
+    threads = int(parts[-1][len("threads:"):])
+    if parts[0] == "fma_peak" and len(parts) == 3:
+        return ("fma_peak", "", parts[1], threads)
+    if len(parts) == 4:
+        return (parts[0], parts[1], parts[2], threads)
+    return None
+
+
+def load(path):
+    """Medians per (kind, shape, isa, threads) from the per-repetition
+    entries (the same median Google Benchmark's aggregate reports, and it
+    also works for a single repetition)."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    samples = {}
+    errors = []
+    for b in data.get("benchmarks", []):
+        if b.get("run_type", "iteration") != "iteration":
+            continue
+        name = b.get("run_name", b["name"])
+        if b.get("error_occurred"):
+            errors.append(f"{name}: {b.get('error_message', 'error')}")
+            continue
+        key = parse_name(name)
+        if key is None or "GFLOPS" not in b:
+            continue
+        entry = samples.setdefault(key, {"GFLOPS": [], "GBPS": []})
+        entry["GFLOPS"].append(b["GFLOPS"])
+        if "GBPS" in b:
+            entry["GBPS"].append(b["GBPS"])
+    results = {}  # in the order of the run, which is the driver's order
+    for key, s in samples.items():
+        metric = "GBPS" if s["GBPS"] else "GFLOPS"
+        values = s[metric]
+        med = statistics.median(values)
+        results[key] = {
+            "GFLOPS": statistics.median(s["GFLOPS"]),
+            "GBPS": statistics.median(s["GBPS"]) if s["GBPS"] else None,
+            "metric": metric,
+            "value": med,
+            "spread": (max(values) - min(values)) / med if med > 0 else 0.0,
+            "reps": len(values),
+        }
+    return data.get("context", {}), results, errors
+
+
+def fmt(x, pattern):
+    return "—" if x is None else pattern.format(x)
+
+
+def table(headers, rows):
+    """A markdown pipe table, padded so that it also reads in a terminal."""
+    cells = [headers] + rows
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    line = lambda r: "| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |"
+    sep = "|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|"
+    return "\n".join([line(headers), sep] + [line(r) for r in rows])
+
+
+def best_peak(results, threads):
+    """The widest measured peak at a thread count (for the BLAS rows,
+    whose kernels are not tied to one of libmha's ISAs)."""
+    peaks = [v["GFLOPS"] for (k, _, _, t), v in results.items()
+             if k == "fma_peak" and t == threads]
+    return max(peaks) if peaks else None
+
+
+def case_table(results, kind, shape):
+    keys = sorted((k for k in results if k[0] == kind and k[1] == shape),
+                  key=lambda k: (isa_rank(k[2]), k[3]))
+    decode = any(results[k]["GBPS"] is not None for k in keys)
+    headers = ["ISA", "threads"]
+    headers += ["GB/s", "GFLOP/s"] if decode else ["GFLOP/s"]
+    headers += ["spread", "speedup", "efficiency", "% of peak", "× blas"]
+    rows = []
+    for key in keys:
+        _, _, isa, threads = key
+        r = results[key]
+        one = results.get((kind, shape, isa, 1))
+        speedup = r["value"] / one["value"] if one and one["value"] > 0 else None
+        peak = results.get(("fma_peak", "", isa, threads))
+        peak_gflops = peak["GFLOPS"] if peak else (
+            best_peak(results, threads) if isa == BASELINE_ISA else None)
+        pct = 100.0 * r["GFLOPS"] / peak_gflops if peak_gflops else None
+        blas = results.get(("blas_baseline", shape, BASELINE_ISA, threads))
+        # The layer adds projections the baseline does not compute.
+        ratio = (r["value"] / blas["value"]
+                 if blas and blas["value"] > 0 and kind in ("attention",
+                                                             "causal",
+                                                             "decode")
+                 else None)
+        row = [isa, str(threads)]
+        row += [fmt(r["GBPS"], "{:.1f}"), fmt(r["GFLOPS"], "{:.2f}")] if decode \
+            else [fmt(r["GFLOPS"], "{:.1f}")]
+        row += [fmt(100.0 * r["spread"], "{:.0f}%"), fmt(speedup, "{:.2f}"),
+                fmt(speedup / threads if speedup else None, "{:.0%}"),
+                fmt(pct, "{:.0f}%"), fmt(ratio, "{:.2f}")]
+        rows.append(row)
+    return table(headers, rows)
+
+
+def peak_table(results):
+    keys = sorted((k for k in results if k[0] == "fma_peak"),
+                  key=lambda k: (isa_rank(k[2]), k[3]))
+    rows = []
+    for key in keys:
+        r = results[key]
+        one = results.get(("fma_peak", "", key[2], 1))
+        speedup = r["GFLOPS"] / one["GFLOPS"] if one else None
+        rows.append([key[2], str(key[3]), f"{r['GFLOPS']:.1f}",
+                     fmt(100.0 * r["spread"], "{:.0f}%"),
+                     fmt(speedup, "{:.2f}"),
+                     fmt(speedup / key[3] if speedup else None, "{:.0%}")])
+    return table(["ISA", "threads", "GFLOP/s", "spread", "speedup",
+                  "efficiency"], rows)
+
+
+def cases(results):
+    """(kind, shape) pairs grouped by kind, shapes in the order they ran."""
+    seen = []
+    for k in results:
+        if k[0] != "fma_peak" and (k[0], k[1]) not in seen:
+            seen.append((k[0], k[1]))
+    return sorted(seen, key=lambda c: KIND_ORDER.index(c[0])
+                  if c[0] in KIND_ORDER else len(KIND_ORDER))
+
+
+def report(context, results, command):
+    reps = max((r["reps"] for r in results.values()), default=0)
+    out = [
+        "### Benchmark results",
+        "",
+        f"- CPU: {context.get('cpu_model', 'unknown')}, "
+        f"{context.get('num_cpus', '?')} cores; "
+        f"ISAs: {context.get('isas', '?')}; "
+        f"BLAS baseline: {context.get('blas_baseline', '?')}",
+        f"- Date: {context.get('date', '?')}; libmha "
+        f"{context.get('libmha_version', '?')}; command: `{command}`",
+        f"- Medians of {reps} repetition(s); spread = (max - min) / median "
+        "over them. FLOPs: 4·B·H·Lq·Lk·d (causal: dense-equivalent; the "
+        "layer adds its projections). % of peak is against the FMA "
+        "microkernel of the same ISA and thread count, measured in the same "
+        "run (OpenBLAS rows: the widest ISA's). × blas = this row over the "
+        "OpenBLAS baseline of the same shape and thread count.",
+        "",
+        "#### fma_peak",
+        "",
+        peak_table(results),
+    ]
+    for kind, shape in cases(results):
+        label = " (dense-equivalent)" if kind == "causal" else ""
+        unit = " — GB/s of K and V read" if kind == "decode" else ""
+        out += ["", f"#### {kind}/{shape}{label}{unit}", "",
+                case_table(results, kind, shape)]
+    return "\n".join(out) + "\n"
+
+
+def plot(results, path):
+    """One panel per kind; colour = shape, line style = ISA. The OpenBLAS
+    baseline of a shape is drawn (dotted) in the panels of that shape."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [k for k in ["attention", "causal", "decode", "layer",
+                          "fma_peak"] if any(key[0] == k for key in results)]
+    lines = {kind: [] for kind in panels}  # (source kind, shape, isa)
+    for k in results:
+        for kind in panels:
+            if (k[0] == kind or (k[0] == "blas_baseline" and kind != "layer"
+                                 and any(o[0] == kind and o[1] == k[1]
+                                         for o in results))) \
+                    and (k[0], k[1], k[2]) not in lines[kind]:
+                lines[kind].append((k[0], k[1], k[2]))
+    cols = 3
+    rows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.8 * rows),
+                             squeeze=False)
+    styles = {"generic": "--", "avx2": "-", "neon": "-", "openblas": ":"}
+    markers = {"generic": "s", "avx2": "o", "neon": "^", "openblas": "x"}
+    for ax, kind in zip(axes.flat, panels):
+        shapes = []
+        for _, shape, _ in lines[kind]:
+            if shape not in shapes:
+                shapes.append(shape)
+        unit = "GFLOP/s"
+        for source, shape, isa in lines[kind]:
+            pts = sorted((k[3], v) for k, v in results.items()
+                         if k[:3] == (source, shape, isa))
+            unit = "GB/s" if pts[0][1]["metric"] == "GBPS" else "GFLOP/s"
+            ax.plot([t for t, _ in pts], [v["value"] for _, v in pts],
+                    color=f"C{shapes.index(shape) % 10}",
+                    linestyle=styles.get(isa, "-"),
+                    marker=markers.get(isa, "o"),
+                    label=f"{shape} {isa}" if shape else isa)
+        ax.set_xticks(sorted({k[3] for k in results if k[0] == kind}))
+        ax.set_xlabel("threads")
+        ax.set_ylabel(unit + (" (dense-equivalent)" if kind == "causal"
+                              else ""))
+        ax.set_title(kind)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6.5)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle("libmha: median throughput against thread count "
+                 "(dotted: OpenBLAS baseline of the same shape)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("json")
+    ap.add_argument("--markdown", help="also write the report to this file")
+    ap.add_argument("--png", help="draw the scaling chart into this file")
+    ap.add_argument("--command", default="./scripts/bench",
+                    help="the command to name in the report")
+    args = ap.parse_args()
+
+    context, results, errors = load(args.json)
+    text = report(context, results, args.command)
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as f:
+            f.write(text)
+    if args.png and results:
+        plot(results, args.png)
+    for e in errors:
+        print(f"error: {e}", file=sys.stderr)
+    if errors or not results:
+        print("bench_report: " + ("cases failed" if errors else
+                                  "no measurements in " + args.json),
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
