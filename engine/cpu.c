@@ -13,8 +13,12 @@ static int detect_avx2_fma(void)
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d))
         return 0;
-    const unsigned fma = 1u << 12, osxsave = 1u << 27, avx = 1u << 28;
-    if ((c & (fma | osxsave | avx)) != (fma | osxsave | avx))
+    /* The avx2 table also widens binary16 with F16C (every AVX2 CPU has
+     * it, but ask anyway). */
+    const unsigned fma = 1u << 12, osxsave = 1u << 27, avx = 1u << 28,
+                   f16c = 1u << 29;
+    const unsigned need = fma | osxsave | avx | f16c;
+    if ((c & need) != need)
         return 0;
     /* The OS must save the XMM and YMM state (XCR0 bits 1 and 2). */
     unsigned xlo, xhi;
