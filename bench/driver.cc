@@ -57,8 +57,10 @@ std::string ShapeName(const Shape &s)
 }
 
 // The case being measured. Google Benchmark calls a case's function once per
-// repetition; keeping its inputs until the next case starts spares the
-// setup (up to 0.5 GB of random data) and holds one case in memory at once.
+// repetition (and once more to size the iteration count); keeping the inputs
+// until another case runs spares the setup (up to 0.5 GB of random data) when
+// repetitions run in order, and holds one case in memory at a time when they
+// are interleaved. The setup is never timed.
 class CurrentCase {
   public:
     ~CurrentCase() { bench_case_destroy(case_); }

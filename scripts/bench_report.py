@@ -159,8 +159,9 @@ def cases(results):
                   if c[0] in KIND_ORDER else len(KIND_ORDER))
 
 
-def report(context, results, command):
+def report(context, results, command, load_end=None):
     reps = max((r["reps"] for r in results.values()), default=0)
+    load = " ".join(f"{x:.2f}" for x in context.get("load_avg", [])) or "?"
     out = [
         "### Benchmark results",
         "",
@@ -169,7 +170,10 @@ def report(context, results, command):
         f"ISAs: {context.get('isas', '?')}; "
         f"BLAS baseline: {context.get('blas_baseline', '?')}",
         f"- Date: {context.get('date', '?')}; libmha "
-        f"{context.get('libmha_version', '?')}; command: `{command}`",
+        f"{context.get('libmha_version', '?')} "
+        f"({context.get('libmha_buildtype', '?')}); command: `{command}`; "
+        f"load average at start: {load}"
+        + (f", at end: {load_end}" if load_end else ""),
         f"- Medians of {reps} repetition(s); spread = (max - min) / median "
         "over them. FLOPs: 4·B·H·Lq·Lk·d (causal: dense-equivalent; the "
         "layer adds its projections). % of peak is against the FMA "
@@ -251,10 +255,11 @@ def main():
     ap.add_argument("--png", help="draw the scaling chart into this file")
     ap.add_argument("--command", default="./scripts/bench",
                     help="the command to name in the report")
+    ap.add_argument("--load-end", help="the load average after the run")
     args = ap.parse_args()
 
     context, results, errors = load(args.json)
-    text = report(context, results, args.command)
+    text = report(context, results, args.command, args.load_end)
     print(text)
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as f:
