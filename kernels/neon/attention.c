@@ -10,7 +10,7 @@
 
 #include "gemm.h"
 #include "kernels.h"
-#include "linear.h"
+#include "neon.h"
 
 static size_t mk_neon_packed_k_floats(int64_t n, int64_t d)
 {
@@ -208,6 +208,8 @@ const mk_table mk_table_neon = {
     .softmax_update = mk_neon_softmax_update,
     .pv = mk_neon_pv_8x8,
     .normalize = mk_neon_normalize,
+    .cvt_f16 = mk_neon_cvt_f16,
+    .cvt_bf16 = mk_neon_cvt_bf16,
     .packed_w_floats = mk_neon_packed_w_floats,
     .pack_w = mk_neon_pack_w,
     .linear = mk_neon_linear_8x8,

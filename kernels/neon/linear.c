@@ -2,11 +2,10 @@
  * layout [n, k]) packed once into 8-column panels, so the 8x8 tile of
  * gemm.c reads it with broadcast FMAs. The bias is added after the sum, as
  * on the generic path. */
-#include "linear.h"
-
 #include <assert.h>
 
 #include "gemm.h"
+#include "neon.h"
 
 size_t mk_neon_packed_w_floats(int64_t n, int64_t k)
 {

@@ -1,11 +1,16 @@
-/* The layer's projections on NEON (linear.c), for the table in
- * attention.c. Internal to kernels/neon/. */
-#ifndef MK_NEON_LINEAR_H
-#define MK_NEON_LINEAR_H
+/* The NEON kernels the table in attention.c takes from the other files of
+ * kernels/neon/. Internal. */
+#ifndef MK_NEON_H
+#define MK_NEON_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+/* convert.c */
+void mk_neon_cvt_f16(const uint16_t *x, int64_t n, float *y);
+void mk_neon_cvt_bf16(const uint16_t *x, int64_t n, float *y);
+
+/* linear.c */
 size_t mk_neon_packed_w_floats(int64_t n, int64_t k);
 void mk_neon_pack_w(const float *w, int64_t n, int64_t k, float *wp);
 void mk_neon_linear_8x8(const float *a, ptrdiff_t lda, int64_t m,
