@@ -1,0 +1,272 @@
+/*
+ * The layer (nn.MultiheadAttention, batch_first=True) against the oracle on
+ * every ISA: self- and cross-attention, kdim/vdim != E, packed and separate
+ * input projections, with and without biases, masks, and the worked
+ * examples the project grew from.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "oracle.h"
+#include "util.h"
+
+typedef struct layer_case {
+    const char *name;
+    int64_t e, h, kdim, vdim; /* kdim, vdim: 0 means E */
+    int64_t b, lq, lk;
+    int self;     /* query, key and value are one array (lq == lk) */
+    int packed;   /* in_proj_weight rather than q/k/v_proj_weight */
+    int in_bias, out_bias;
+    int weights;  /* ask for the weights output */
+    int mask;     /* 0 none, 1 causal top-left + [B,1,1,Lk] keep, 2 bottom-
+                     right + key lengths */
+} layer_case;
+
+static const layer_case CASES[] = {
+    {"self packed biases", 64, 4, 0, 0, 2, 17, 17, 1, 1, 1, 1, 1, 0},
+    {"self separate no biases", 48, 3, 0, 0, 3, 7, 7, 1, 0, 0, 0, 0, 0},
+    {"cross packed in-bias only", 32, 8, 0, 0, 2, 5, 65, 0, 1, 1, 0, 1, 0},
+    {"cross kdim 24 vdim 40", 64, 2, 24, 40, 3, 9, 33, 0, 0, 1, 1, 1, 0},
+    {"cross kdim 7 vdim 130 d 1", 16, 16, 7, 130, 1, 65, 3, 0, 0, 0, 1, 0, 2},
+    {"self causal + padding", 40, 5, 0, 0, 2, 70, 70, 1, 1, 1, 1, 1, 1},
+    {"cross kdim = vdim = E given", 24, 3, 24, 24, 2, 3, 8, 0, 0, 1, 0, 1, 2},
+    {"single token", 8, 1, 0, 0, 1, 1, 1, 1, 1, 0, 1, 1, 0},
+    {"cross Lq > Lk bottom-right", 32, 4, 20, 0, 2, 40, 9, 0, 0, 1, 1, 1, 2},
+    /* The worked examples: B 2, L 5 and 10, E 512, H 8 self-attention. */
+    {"worked B2 L5 E512 H8", 512, 8, 0, 0, 2, 5, 5, 1, 1, 1, 1, 1, 0},
+    {"worked B2 L10 E512 H8", 512, 8, 0, 0, 2, 10, 10, 1, 1, 1, 1, 1, 0},
+};
+#define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
+
+/* nn.Linear-like weights: uniform in [-1/sqrt(in), 1/sqrt(in)). */
+static float *linear_weights(test_rng *r, int64_t out, int64_t in)
+{
+    float *w = random_floats(r, (size_t)(out * in));
+    float s = 1.0f / sqrtf((float)in);
+    for (int64_t i = 0; i < out * in; i++)
+        w[i] *= s;
+    return w;
+}
+
+typedef struct layer_problem {
+    mha_layer_desc desc;
+    float *w[6]; /* owned weight arrays (some NULL) */
+    float *query, *key, *value;
+    uint8_t *keep;
+    int32_t *lengths;
+    mha_mask mask;
+} layer_problem;
+
+static void make_problem(const layer_case *c, uint64_t seed,
+                         layer_problem *p)
+{
+    test_rng r;
+    rng_seed(&r, seed);
+    memset(p, 0, sizeof *p);
+    const int64_t E = c->e;
+    const int64_t kdim = c->kdim ? c->kdim : E, vdim = c->vdim ? c->vdim : E;
+    p->desc = (mha_layer_desc){.embed_dim = E, .num_heads = c->h,
+                               .kdim = c->kdim, .vdim = c->vdim};
+    if (c->packed) {
+        p->w[0] = linear_weights(&r, 3 * E, E);
+        p->desc.in_proj_weight = p->w[0];
+    } else {
+        p->w[0] = linear_weights(&r, E, E);
+        p->w[1] = linear_weights(&r, E, kdim);
+        p->w[2] = linear_weights(&r, E, vdim);
+        p->desc.q_proj_weight = p->w[0];
+        p->desc.k_proj_weight = p->w[1];
+        p->desc.v_proj_weight = p->w[2];
+    }
+    p->w[3] = linear_weights(&r, E, E);
+    p->desc.out_proj_weight = p->w[3];
+    if (c->in_bias) {
+        p->w[4] = random_floats(&r, (size_t)(3 * E));
+        p->desc.in_proj_bias = p->w[4];
+    }
+    if (c->out_bias) {
+        p->w[5] = random_floats(&r, (size_t)E);
+        p->desc.out_proj_bias = p->w[5];
+    }
+    p->query = random_floats(&r, (size_t)(c->b * c->lq * E));
+    if (c->self) {
+        p->key = p->value = p->query;
+    } else {
+        p->key = random_floats(&r, (size_t)(c->b * c->lk * kdim));
+        p->value = random_floats(&r, (size_t)(c->b * c->lk * vdim));
+    }
+    if (c->mask == 1) {
+        p->keep = test_alloc((size_t)(c->b * c->lk));
+        for (int64_t i = 0; i < c->b * c->lk; i++)
+            p->keep[i] = rng_uniform(&r) < 0.5f;
+        p->mask = (mha_mask){.causal = MHA_CAUSAL_TOP_LEFT, .keep = p->keep,
+                             .keep_stride_batch = c->lk};
+    } else if (c->mask == 2) {
+        p->lengths = test_alloc((size_t)c->b * sizeof *p->lengths);
+        for (int64_t b = 0; b < c->b; b++)
+            p->lengths[b] = (int32_t)(c->lk - b * c->lk / 2);
+        p->mask = (mha_mask){.causal = MHA_CAUSAL_BOTTOM_RIGHT,
+                             .key_lengths = p->lengths};
+    }
+}
+
+static void free_problem(layer_problem *p)
+{
+    for (int i = 0; i < 6; i++)
+        free(p->w[i]);
+    if (p->key != p->query) {
+        free(p->key);
+        free(p->value);
+    }
+    free(p->query);
+    free(p->keep);
+    free(p->lengths);
+}
+
+/* Scribble over the caller's weights: the layer must have copied them. */
+static void scribble(layer_problem *p, const layer_case *c)
+{
+    const int64_t E = c->e;
+    const int64_t kdim = c->kdim ? c->kdim : E, vdim = c->vdim ? c->vdim : E;
+    size_t n[6] = {(size_t)((c->packed ? 3 * E : E) * E),
+                   c->packed ? 0 : (size_t)(E * kdim),
+                   c->packed ? 0 : (size_t)(E * vdim), (size_t)(E * E),
+                   c->in_bias ? (size_t)(3 * E) : 0,
+                   c->out_bias ? (size_t)E : 0};
+    for (int i = 0; i < 6; i++)
+        if (p->w[i])
+            fill_sentinel(p->w[i], n[i]);
+}
+
+/* The layer of case c against the oracle on every ISA. */
+static void run_layer_case(const layer_case *c, uint64_t seed)
+{
+    layer_problem p;
+    make_problem(c, seed, &p);
+    const mha_mask *mask = c->mask ? &p.mask : NULL;
+    const size_t n_out = (size_t)(c->b * c->lq * c->e);
+    const size_t n_w = (size_t)(c->b * c->h * c->lq * c->lk);
+    double *want = test_alloc(n_out * sizeof *want);
+    double *want_w = test_alloc(n_w * sizeof *want_w);
+    oracle_layer(&p.desc, p.query, p.key, p.value, c->b, c->lq, c->lk, mask,
+                 want, want_w);
+
+    /* out gets a guard zone: output shape = input shape, nothing beyond. */
+    const size_t guard = 37;
+    float *out = test_alloc((n_out + guard) * sizeof *out);
+    float *w = c->weights ? test_alloc((n_w + guard) * sizeof *w) : NULL;
+    mha_isa isas[4];
+    int n_isa = available_isas(isas);
+    mha_layer *layers[4];
+    mha_engine *engines[4];
+    for (int t = 0; t < n_isa; t++) {
+        engines[t] = make_engine(isas[t], 0);
+        mha_status st = mha_layer_create(engines[t], &p.desc, &layers[t]);
+        ck_assert_msg(st == MHA_OK, "%s [%s]: layer_create: %s (%s)",
+                      c->name, mha_isa_name(isas[t]), mha_status_string(st),
+                      mha_last_error());
+    }
+    scribble(&p, c);
+    for (int t = 0; t < n_isa; t++) {
+        const char *isa = mha_isa_name(isas[t]);
+        fill_sentinel(out, n_out + guard);
+        if (w)
+            fill_sentinel(w, n_w + guard);
+        mha_status st = mha_layer_forward(layers[t], p.query, p.key, p.value,
+                                          c->b, c->lq, c->lk, mask, out, w);
+        ck_assert_msg(st == MHA_OK, "%s [%s]: forward: %s (%s)", c->name, isa,
+                      mha_status_string(st), mha_last_error());
+        size_t worst;
+        double r = tol_ratio(out, want, n_out, TOL_LAYER_ABS, TOL_LAYER_REL,
+                             &worst);
+        ck_assert_msg(r <= 1.0,
+                      "%s [%s]: out[b %zu][i %zu][e %zu] = %.9g, want %.9g "
+                      "(ratio %.3g)",
+                      c->name, isa, worst / (size_t)(c->lq * c->e),
+                      worst / (size_t)c->e % (size_t)c->lq,
+                      worst % (size_t)c->e, (double)out[worst], want[worst],
+                      r);
+        ck_assert_msg(count_changed(out + n_out, guard) == 0,
+                      "%s [%s]: wrote past out", c->name, isa);
+        if (w) {
+            check_weights(w, want_w, c->b * c->h * c->lq, c->lk,
+                          TOL_LAYER_ABS, TOL_LAYER_REL, c->name, isa);
+            ck_assert_msg(count_changed(w + n_w, guard) == 0,
+                          "%s [%s]: wrote past weights", c->name, isa);
+        }
+        mha_layer_destroy(layers[t]);
+        mha_engine_destroy(engines[t]);
+    }
+    free(want), free(want_w), free(out), free(w);
+    free_problem(&p);
+}
+
+START_TEST(layer_case_vs_oracle)
+{
+    run_layer_case(&CASES[_i], 500 + (uint64_t)_i);
+}
+END_TEST
+
+/* E 128, H 8, B 3, L 2 with the padding keep-mask [[0,1],[0,1],[1,0]] as
+ * [B,1,1,Lk], broadcast over heads and queries: each batch sees exactly
+ * one key, so every weight is 0 or 1 and every query of a batch gets the
+ * same output. */
+START_TEST(worked_padding_mask)
+{
+    enum { E = 128, H = 8, B = 3, L = 2 };
+    const uint8_t keep[B * L] = {0, 1, 0, 1, 1, 0};
+    const layer_case c = {"worked padding", E, H, 0, 0, B, L, L, 1, 1, 1, 1,
+                          1, 0};
+    layer_problem p;
+    make_problem(&c, 77, &p);
+    p.mask = (mha_mask){.keep = keep, .keep_stride_batch = L};
+    double want[B * L * E], want_w[B * H * L * L];
+    oracle_layer(&p.desc, p.query, p.key, p.value, B, L, L, &p.mask, want,
+                 want_w);
+    mha_isa isas[4];
+    int n_isa = available_isas(isas);
+    for (int t = 0; t < n_isa; t++) {
+        const char *isa = mha_isa_name(isas[t]);
+        mha_engine *e = make_engine(isas[t], 0);
+        mha_layer *layer;
+        ck_assert_int_eq(mha_layer_create(e, &p.desc, &layer), MHA_OK);
+        float out[B * L * E], w[B * H * L * L];
+        ck_assert_int_eq(mha_layer_forward(layer, p.query, p.query, p.query,
+                                           B, L, L, &p.mask, out, w),
+                         MHA_OK);
+        ck_assert_msg(tol_ratio(out, want, B * L * E, TOL_LAYER_ABS,
+                                TOL_LAYER_REL, NULL) <= 1.0,
+                      "[%s] out differs from the oracle", isa);
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int i = 0; i < L; i++)
+                    for (int j = 0; j < L; j++) {
+                        float got = w[((b * H + h) * L + i) * L + j];
+                        float expect = keep[b * L + j] ? 1.0f : 0.0f;
+                        ck_assert_msg(fabsf(got - expect) <= TOL_LAYER_ABS,
+                                      "[%s] weights b %d h %d i %d j %d = %g",
+                                      isa, b, h, i, j, (double)got);
+                    }
+        for (int b = 0; b < B; b++)
+            for (int x = 0; x < E; x++)
+                ck_assert_msg(out[(b * L) * E + x] == out[(b * L + 1) * E + x],
+                              "[%s] batch %d: both queries see one key, "
+                              "outputs differ at %d", isa, b, x);
+        mha_layer_destroy(layer);
+        mha_engine_destroy(e);
+    }
+    free_problem(&p);
+}
+END_TEST
+
+Suite *suite_layer(void)
+{
+    Suite *s = suite_create("layer");
+    TCase *tc = tcase_create("layer");
+    tcase_add_loop_test(tc, layer_case_vs_oracle, 0, N_CASES);
+    tcase_add_test(tc, worked_padding_mask);
+    suite_add_tcase(s, tc);
+    return s;
+}

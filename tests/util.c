@@ -1,0 +1,318 @@
+/* Helpers shared by the test suites (declared in util.h). */
+#include "util.h"
+
+#include "oracle.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void rng_seed(test_rng *r, uint64_t seed)
+{
+    /* splitmix64 of the seed, so nearby seeds give unrelated streams and the
+     * state is never zero (xorshift's fixed point). */
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    r->s = z ? z : 0x2545f4914f6cdd1dull;
+}
+
+float rng_uniform(test_rng *r)
+{
+    /* xorshift64* */
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    uint64_t x = r->s * 0x2545f4914f6cdd1dull;
+    /* 24 random bits: exact in a float, uniform in [-1, 1). */
+    return (float)(int32_t)(x >> 40) * (1.0f / 8388608.0f) - 1.0f;
+}
+
+void fill_uniform(test_rng *r, float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = rng_uniform(r);
+}
+
+int available_isas(mha_isa out[4])
+{
+    static const mha_isa candidates[] = {MHA_ISA_GENERIC, MHA_ISA_AVX2,
+                                         MHA_ISA_NEON};
+    int n = 0;
+    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
+        mha_config config = {.num_threads = 1, .isa = candidates[i]};
+        mha_engine *engine = NULL;
+        if (mha_engine_create(&config, &engine) == MHA_OK) {
+            out[n++] = candidates[i];
+            mha_engine_destroy(engine);
+        }
+    }
+    return n;
+}
+
+mha_engine *make_engine(mha_isa isa, int nthreads)
+{
+    mha_config config = {.num_threads = nthreads, .isa = isa};
+    mha_engine *engine = NULL;
+    mha_status st = mha_engine_create(&config, &engine);
+    ck_assert_msg(st == MHA_OK && engine != NULL,
+                  "mha_engine_create(isa %s, %d threads): %s (%s)",
+                  mha_isa_name(isa), nthreads, mha_status_string(st),
+                  mha_last_error());
+    ck_assert_msg(mha_engine_isa(engine) == isa, "engine picked %s, asked %s",
+                  mha_isa_name(mha_engine_isa(engine)), mha_isa_name(isa));
+    return engine;
+}
+
+double tol_ratio(const float *got, const double *want, size_t n, double abs,
+                 double rel, size_t *worst)
+{
+    double max_ratio = -1.0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs((double)got[i] - want[i]);
+        double ratio = err / (abs + rel * fabs(want[i]));
+        if (isnan(ratio))
+            ratio = INFINITY;
+        if (ratio > max_ratio) {
+            max_ratio = ratio;
+            at = i;
+        }
+    }
+    if (worst)
+        *worst = at;
+    return max_ratio < 0.0 ? 0.0 : max_ratio;
+}
+
+void *test_alloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    REQUIRE(p != NULL, "test_alloc(%zu) failed", bytes);
+    return p;
+}
+
+float *random_floats(test_rng *r, size_t n)
+{
+    float *x = test_alloc(n * sizeof *x);
+    fill_uniform(r, x, n);
+    return x;
+}
+
+void fill_sentinel(float *x, size_t n)
+{
+    uint32_t bits = TEST_SENTINEL_BITS;
+    for (size_t i = 0; i < n; i++)
+        memcpy(&x[i], &bits, sizeof bits);
+}
+
+size_t count_changed(const float *x, size_t n)
+{
+    size_t changed = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &x[i], sizeof bits);
+        changed += bits != TEST_SENTINEL_BITS;
+    }
+    return changed;
+}
+
+const char *layout_name(test_layout layout)
+{
+    switch (layout) {
+    case LAYOUT_BSHD: return "bshd";
+    case LAYOUT_BHSD: return "bhsd";
+    case LAYOUT_PAD_BSHD: return "padded-bshd";
+    case LAYOUT_PAD_BHSD: return "padded-bhsd";
+    default: return "?";
+    }
+}
+
+/* Strides of a layout; padded layouts add 3 floats per row, 5 per seq (or
+ * head) step and 7 per batch. */
+static void layout_strides(test_layout layout, int64_t s, int64_t h,
+                           int64_t d, int64_t st[3])
+{
+    int64_t pad_row = 0, pad_mid = 0, pad_batch = 0;
+    if (layout == LAYOUT_PAD_BSHD || layout == LAYOUT_PAD_BHSD) {
+        pad_row = 3;
+        pad_mid = 5;
+        pad_batch = 7;
+    }
+    int64_t row = d + pad_row;
+    if (layout == LAYOUT_BSHD || layout == LAYOUT_PAD_BSHD) {
+        st[2] = row;                  /* head */
+        st[1] = h * row + pad_mid;    /* seq */
+        st[0] = s * st[1] + pad_batch;
+    } else {
+        st[1] = row;                  /* seq */
+        st[2] = s * row + pad_mid;    /* head */
+        st[0] = h * st[2] + pad_batch;
+    }
+}
+
+size_t layout_floats(test_layout layout, int64_t b, int64_t s, int64_t h,
+                     int64_t d)
+{
+    int64_t st[3];
+    layout_strides(layout, s, h, d, st);
+    return (size_t)(b * st[0]);
+}
+
+mha_tensor layout_view(test_layout layout, float *data, int64_t b, int64_t s,
+                       int64_t h, int64_t d)
+{
+    int64_t st[3];
+    layout_strides(layout, s, h, d, st);
+    mha_tensor t = {.data = data, .batch = b, .seq = s, .heads = h, .dim = d,
+                    .stride_batch = st[0], .stride_seq = st[1],
+                    .stride_head = st[2], .dtype = MHA_F32};
+    return t;
+}
+
+void view_gather(const mha_tensor *t, float *packed)
+{
+    const float *x = t->data;
+    size_t o = 0;
+    for (int64_t b = 0; b < t->batch; b++)
+        for (int64_t s = 0; s < t->seq; s++)
+            for (int64_t h = 0; h < t->heads; h++)
+                for (int64_t c = 0; c < t->dim; c++)
+                    packed[o++] = x[b * t->stride_batch + s * t->stride_seq +
+                                    h * t->stride_head + c];
+}
+
+size_t count_changed_outside(const float *buf, size_t n, const mha_tensor *t)
+{
+    unsigned char *inside = test_alloc(n);
+    memset(inside, 0, n);
+    size_t base = (size_t)((const float *)t->data - buf);
+    for (int64_t b = 0; b < t->batch; b++)
+        for (int64_t s = 0; s < t->seq; s++)
+            for (int64_t h = 0; h < t->heads; h++)
+                for (int64_t c = 0; c < t->dim; c++)
+                    inside[base + (size_t)(b * t->stride_batch +
+                                           s * t->stride_seq +
+                                           h * t->stride_head + c)] = 1;
+    size_t changed = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!inside[i])
+            changed += count_changed(&buf[i], 1);
+    free(inside);
+    return changed;
+}
+
+/* Position of a packed [B, S, H, D] index, for failure messages. */
+static void split_bshd(size_t at, const mha_tensor *t, int64_t ix[4])
+{
+    size_t dims[4] = {(size_t)t->batch, (size_t)t->seq, (size_t)t->heads,
+                      (size_t)t->dim};
+    for (int a = 3; a >= 0; a--) {
+        ix[a] = (int64_t)(at % dims[a]);
+        at /= dims[a];
+    }
+}
+
+void check_weights(const float *got, const double *want, int64_t rows,
+                   int64_t lk, double abs, double rel, const char *what,
+                   const char *isa)
+{
+    size_t n = (size_t)(rows * lk), worst;
+    double r = tol_ratio(got, want, n, abs, rel, &worst);
+    ck_assert_msg(r <= 1.0,
+                  "%s [%s]: weights row %zu key %zu: got %.9g, want %.9g "
+                  "(ratio %.3g)",
+                  what, isa, worst / (size_t)lk, worst % (size_t)lk,
+                  (double)got[worst], want[worst], r);
+    for (int64_t i = 0; i < rows; i++) {
+        const float *g = &got[i * lk];
+        const double *w = &want[i * lk];
+        double sum = 0.0, want_sum = 0.0;
+        for (int64_t j = 0; j < lk; j++) {
+            sum += g[j];
+            want_sum += w[j];
+            REQUIRE(w[j] != 0.0 || g[j] == 0.0,
+                          "%s [%s]: masked weight row %lld key %lld = %g",
+                          what, isa, (long long)i, (long long)j,
+                          (double)g[j]);
+        }
+        if (want_sum == 0.0)
+            continue; /* fully masked: every entry checked zero above */
+        REQUIRE(fabs(sum - 1.0) <= TOL_WEIGHT_SUM,
+                      "%s [%s]: weights row %lld sums to %.9g", what, isa,
+                      (long long)i, sum);
+    }
+}
+
+void check_attention(const mha_attention_args *args, size_t out_floats,
+                     int want_weights, int nthreads, const char *what)
+{
+    const mha_tensor *ov = &args->out;
+    const int64_t B = args->q.batch, Lq = args->q.seq, H = args->q.heads;
+    const int64_t Lk = args->k.seq, dv = args->v.dim;
+    const size_t n_out = (size_t)(B * Lq * H * dv);
+    const size_t n_w = (size_t)(B * H * Lq * Lk);
+    double *want = test_alloc(n_out * sizeof *want);
+    double *want_w = test_alloc(n_w * sizeof *want_w);
+    oracle_attention(args, want, want_w);
+
+    float *got = test_alloc(n_out * sizeof *got);
+    float *got_w = want_weights ? test_alloc(n_w * sizeof *got_w) : NULL;
+    mha_isa isas[4];
+    int n_isa = available_isas(isas);
+    for (int t = 0; t < n_isa; t++) {
+        const char *isa = mha_isa_name(isas[t]);
+        mha_engine *engine = make_engine(isas[t], nthreads);
+        mha_attention_args a = *args;
+        a.weights = got_w;
+        fill_sentinel(ov->data, out_floats);
+        if (got_w)
+            fill_sentinel(got_w, n_w);
+        mha_status st = mha_attention(engine, &a);
+        ck_assert_msg(st == MHA_OK, "%s [%s]: %s (%s)", what, isa,
+                      mha_status_string(st), mha_last_error());
+
+        view_gather(ov, got);
+        size_t worst;
+        double r = tol_ratio(got, want, n_out, TOL_ATTN_ABS, TOL_ATTN_REL,
+                             &worst);
+        int64_t ix[4];
+        split_bshd(worst, ov, ix);
+        ck_assert_msg(r <= 1.0,
+                      "%s [%s]: out[b %lld][i %lld][h %lld][c %lld] = %.9g, "
+                      "want %.9g (ratio %.3g)",
+                      what, isa, (long long)ix[0], (long long)ix[1],
+                      (long long)ix[2], (long long)ix[3],
+                      (double)got[worst], want[worst], r);
+        ck_assert_msg(count_changed_outside(ov->data, out_floats, ov) == 0,
+                      "%s [%s]: wrote outside the out view", what, isa);
+
+        /* Rows the oracle finds fully masked must be exact zeros. */
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t i = 0; i < Lq; i++) {
+                    const double *w = &want_w[((b * H + h) * Lq + i) * Lk];
+                    int visible = 0;
+                    for (int64_t j = 0; j < Lk && !visible; j++)
+                        visible = w[j] != 0.0;
+                    if (visible)
+                        continue;
+                    const float *o = &got[((b * Lq + i) * H + h) * dv];
+                    for (int64_t c = 0; c < dv; c++)
+                        REQUIRE(o[c] == 0.0f,
+                                      "%s [%s]: fully masked row b %lld h "
+                                      "%lld i %lld: out[%lld] = %g",
+                                      what, isa, (long long)b, (long long)h,
+                                      (long long)i, (long long)c,
+                                      (double)o[c]);
+                }
+        if (got_w)
+            check_weights(got_w, want_w, B * H * Lq, Lk, TOL_ATTN_ABS,
+                          TOL_ATTN_REL, what, isa);
+        mha_engine_destroy(engine);
+    }
+    free(want);
+    free(want_w);
+    free(got);
+    free(got_w);
+}
