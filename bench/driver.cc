@@ -196,6 +196,24 @@ std::string Join(const std::vector<std::string> &items)
     return out;
 }
 
+// "<kind>/<shape>,..." in the order of kShapes, baselines last: the report
+// keeps this order when the repetitions ran interleaved.
+std::string CaseOrder()
+{
+    std::vector<std::string> order, baselines;
+    for (const Shape &s : kShapes) {
+        order.push_back(std::string(s.kind) + "/" + ShapeName(s));
+        const std::string b = "blas_baseline/" + ShapeName(s);
+        bool seen = false;
+        for (const std::string &x : baselines)
+            seen = seen || x == b;
+        if (std::strcmp(s.kind, "layer") != 0 && !seen)
+            baselines.push_back(b);
+    }
+    order.insert(order.end(), baselines.begin(), baselines.end());
+    return Join(order);
+}
+
 bench_spec MakeSpec(const Shape &s, bench_impl impl, mha_isa isa, int threads)
 {
     bench_spec spec{};
@@ -338,6 +356,7 @@ int main(int argc, char **argv)
     benchmark::AddCustomContext(
         "flops", "4*B*H*Lq*Lk*d (causal: dense-equivalent); layer adds "
                  "4*B*E*E*(Lq+Lk)");
+    benchmark::AddCustomContext("case_order", CaseOrder());
     RegisterAll(isas, threads);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();

@@ -149,14 +149,30 @@ def peak_table(results):
                   "efficiency"], rows)
 
 
-def cases(results):
-    """(kind, shape) pairs grouped by kind, shapes in the order they ran."""
-    seen = []
+def cases(context, results):
+    """(kind, shape) pairs in the driver's order (its case_order context),
+    then any others in the order they ran."""
+    order = [tuple(c.split("/", 1)) for c in
+             context.get("case_order", "").split(",") if "/" in c]
     for k in results:
-        if k[0] != "fma_peak" and (k[0], k[1]) not in seen:
-            seen.append((k[0], k[1]))
-    return sorted(seen, key=lambda c: KIND_ORDER.index(c[0])
-                  if c[0] in KIND_ORDER else len(KIND_ORDER))
+        if k[0] != "fma_peak" and (k[0], k[1]) not in order:
+            order.append((k[0], k[1]))
+    return [c for c in order if any(k[:2] == c for k in results)]
+
+
+def busy_warning(context, load_end):
+    """A line when other processes competed for the cores: the one-minute
+    load average above half the core count at the start or the end."""
+    cores = context.get("num_cpus") or 0
+    loads = list(context.get("load_avg", [])[:1])
+    if load_end:
+        loads.append(float(load_end.split()[0]))
+    if not cores or not loads or max(loads) <= 0.5 * cores:
+        return []
+    return [f"- **Busy machine**: load average up to {max(loads):.1f} on "
+            f"{cores} cores. Other processes took CPU time, mostly from the "
+            "multi-thread cases (a team waits for its slowest thread); trust "
+            "rows with a small spread, rerun when the machine is idle."]
 
 
 def report(context, results, command, load_end=None):
@@ -180,12 +196,13 @@ def report(context, results, command, load_end=None):
         "microkernel of the same ISA and thread count, measured in the same "
         "run (OpenBLAS rows: the widest ISA's). × blas = this row over the "
         "OpenBLAS baseline of the same shape and thread count.",
+    ] + busy_warning(context, load_end) + [
         "",
         "#### fma_peak",
         "",
         peak_table(results),
     ]
-    for kind, shape in cases(results):
+    for kind, shape in cases(context, results):
         label = " (dense-equivalent)" if kind == "causal" else ""
         unit = " — GB/s of K and V read" if kind == "decode" else ""
         out += ["", f"#### {kind}/{shape}{label}{unit}", "",
@@ -193,7 +210,7 @@ def report(context, results, command, load_end=None):
     return "\n".join(out) + "\n"
 
 
-def plot(results, path):
+def plot(context, results, path):
     """One panel per kind; colour = shape, line style = ISA. The OpenBLAS
     baseline of a shape is drawn (dotted) in the panels of that shape."""
     import matplotlib
@@ -203,7 +220,9 @@ def plot(results, path):
     panels = [k for k in ["attention", "causal", "decode", "layer",
                           "fma_peak"] if any(key[0] == k for key in results)]
     lines = {kind: [] for kind in panels}  # (source kind, shape, isa)
-    for k in results:
+    order = cases(context, results)
+    for k in sorted(results, key=lambda k: (
+            order.index(k[:2]) if k[:2] in order else -1, isa_rank(k[2]))):
         for kind in panels:
             if (k[0] == kind or (k[0] == "blas_baseline" and kind != "layer"
                                  and any(o[0] == kind and o[1] == k[1]
@@ -265,7 +284,7 @@ def main():
         with open(args.markdown, "w", encoding="utf-8") as f:
             f.write(text)
     if args.png and results:
-        plot(results, args.png)
+        plot(context, results, args.png)
     for e in errors:
         print(f"error: {e}", file=sys.stderr)
     if errors or not results:
