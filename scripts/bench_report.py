@@ -284,11 +284,16 @@ def main():
         with open(args.markdown, "w", encoding="utf-8") as f:
             f.write(text)
     if args.png and results:
-        plot(context, results, args.png)
+        try:
+            plot(context, results, args.png)
+        except ImportError:
+            errors.append("no matplotlib for the chart: install "
+                          "python3-matplotlib (Debian) and rerun with "
+                          "--report-only")
     for e in errors:
         print(f"error: {e}", file=sys.stderr)
     if errors or not results:
-        print("bench_report: " + ("cases failed" if errors else
+        print("bench_report: " + ("failed" if errors else
                                   "no measurements in " + args.json),
               file=sys.stderr)
         return 1
