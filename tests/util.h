@@ -17,11 +17,13 @@
 #define TOL_LAYER_ABS 1e-4
 #define TOL_LAYER_REL 1e-4
 /* A SIMD kernel vs its generic twin (different summation order and exp
- * approximation): |got - want| <= TOL_KERNEL_ABS + TOL_KERNEL_REL*|want|. */
+ * approximation): |got - want| <= TOL_KERNEL_ABS + TOL_KERNEL_REL*|want|,
+ * where for a sum (qk, pv, linear) |want| is the sum of the absolute values
+ * of its terms, the scale of its rounding error. */
 #define TOL_KERNEL_ABS 1e-5
 #define TOL_KERNEL_REL 1e-5
-/* The generic kernels vs plain double loops over the same float inputs
- * (depth up to 129, unit-scale data). */
+/* Every table's kernels vs plain double loops over the same float inputs
+ * (depth up to 129, unit-scale data), measured the same way. */
 #define TOL_REF_ABS 1e-5
 #define TOL_REF_REL 1e-5
 /* |sum_j weights[i][j] - 1| for a row that is not fully masked. */
