@@ -15,7 +15,7 @@ static const struct {
     {"oracle", suite_oracle},       {"attention", suite_attention},
     {"masks", suite_masks},         {"layer", suite_layer},
     {"errors", suite_errors},       {"threads", suite_threads},
-    {"kernels", suite_kernels},
+    {"kernels", suite_kernels},     {"decode", suite_decode},
 };
 
 int main(int argc, char **argv)

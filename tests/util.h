@@ -28,6 +28,13 @@
 #define TOL_REF_REL 1e-5
 /* |sum_j weights[i][j] - 1| for a row that is not fully masked. */
 #define TOL_WEIGHT_SUM 1e-5
+/* Half-precision K/V against the oracle of the unrounded fp32 draws in
+ * [-1, 1): the inputs moved by up to half a grid step (2^-11 for the
+ * binary16 grid k/1024, 2^-8 for the bfloat16 grid k/128); the output, a
+ * convex combination of V rows with weights perturbed through q.k/sqrt(d),
+ * moves by at most a few such steps. */
+#define TOL_F16_INPUT 2e-3
+#define TOL_BF16_INPUT 2e-2
 /* The oracle vs hand-computed values (float inputs such as log(3)). */
 #define TOL_HAND 1e-6
 
@@ -38,6 +45,7 @@ Suite *suite_layer(void);
 Suite *suite_errors(void);
 Suite *suite_threads(void);
 Suite *suite_kernels(void);
+Suite *suite_decode(void);
 
 /* Deterministic xorshift generator; uniform in [-1, 1). */
 typedef struct { uint64_t s; } test_rng;

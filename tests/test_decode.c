@@ -1,0 +1,277 @@
+/*
+ * The decode path (Lq = 1 against a long cache), per ISA:
+ *  - fp32, fp16 and bf16 K/V against the oracle. The K/V values are drawn
+ *    on grids each format holds exactly (k/1024 for binary16, k/128 for
+ *    bfloat16), so the oracle sees the very values the library widens and
+ *    the tolerance is TOL_ATTN's; against the oracle of the unrounded fp32
+ *    draws they must also agree within the rounding of the inputs
+ *    (TOL_F16_INPUT / TOL_BF16_INPUT);
+ *  - split-KV (long Lk, few rows) against the unsplit path (the weights
+ *    output turns splitting off) and against the oracle;
+ *  - GQA groups of 1, 4, 8 and 64 query heads per kv head;
+ *  - bitwise determinism over 1..8 threads with split-KV active, including
+ *    a single head over 32768 keys.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "oracle.h"
+#include "util.h"
+
+/* fp32 value on a grid the dtype holds exactly -> its 16 bits. */
+static uint16_t encode(float x, mha_dtype dt)
+{
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    if (dt == MHA_BF16)
+        return (uint16_t)(b >> 16);
+    if ((b & 0x7FFFFFFFu) == 0)
+        return (uint16_t)((b >> 16) & 0x8000u);
+    uint32_t sign = (b >> 16) & 0x8000u;
+    uint32_t exp = ((b >> 23) & 0xFFu) - 127u + 15u; /* normal in f16 */
+    return (uint16_t)(sign | exp << 10 | (b & 0x7FFFFFu) >> 13);
+}
+
+/* Uniform draws in [-1, 1) snapped to the dtype's exact grid. */
+static float snap(float x, mha_dtype dt)
+{
+    float steps = dt == MHA_F16 ? 1024.0f : dt == MHA_BF16 ? 128.0f : 0.0f;
+    return steps == 0.0f ? x : nearbyintf(x * steps) / steps;
+}
+
+typedef struct decode_case {
+    int64_t b, h, hkv, lk, d;
+    mha_causal causal;
+    int lengths; /* use per-batch key lengths */
+} decode_case;
+
+typedef struct decode_data {
+    decode_case c;
+    float *q, *k, *v;     /* fp32 values (snapped for half dtypes) */
+    float *kraw, *vraw;   /* the unsnapped draws */
+    void *kstore, *vstore; /* what the library reads */
+    int32_t lengths[4];
+    mha_mask mask;
+    size_t nq, nkv;
+} decode_data;
+
+static void make_data(decode_data *dd, const decode_case *c, mha_dtype dt,
+                      uint64_t seed)
+{
+    test_rng r;
+    rng_seed(&r, seed);
+    memset(dd, 0, sizeof *dd);
+    dd->c = *c;
+    dd->nq = (size_t)(c->b * c->h * c->d);
+    dd->nkv = (size_t)(c->b * c->lk * c->hkv * c->d);
+    dd->q = random_floats(&r, dd->nq);
+    dd->kraw = random_floats(&r, dd->nkv);
+    dd->vraw = random_floats(&r, dd->nkv);
+    dd->k = test_alloc(dd->nkv * sizeof(float));
+    dd->v = test_alloc(dd->nkv * sizeof(float));
+    size_t esize = dt == MHA_F32 ? 4 : 2;
+    dd->kstore = test_alloc(dd->nkv * esize);
+    dd->vstore = test_alloc(dd->nkv * esize);
+    for (size_t i = 0; i < dd->nkv; i++) {
+        dd->k[i] = snap(dd->kraw[i], dt);
+        dd->v[i] = snap(dd->vraw[i], dt);
+        if (dt == MHA_F32) {
+            ((float *)dd->kstore)[i] = dd->k[i];
+            ((float *)dd->vstore)[i] = dd->v[i];
+        } else {
+            ((uint16_t *)dd->kstore)[i] = encode(dd->k[i], dt);
+            ((uint16_t *)dd->vstore)[i] = encode(dd->v[i], dt);
+        }
+    }
+    dd->mask.causal = c->causal;
+    if (c->lengths) {
+        for (int64_t b = 0; b < c->b; b++)
+            dd->lengths[b] = (int32_t)(b == 0 ? c->lk : (c->lk * (b + 1)) / 5);
+        dd->mask.key_lengths = dd->lengths;
+    }
+}
+
+static void free_data(decode_data *dd)
+{
+    free(dd->q), free(dd->k), free(dd->v), free(dd->kraw), free(dd->vraw);
+    free(dd->kstore), free(dd->vstore);
+}
+
+static mha_attention_args decode_args(decode_data *dd, mha_dtype dt,
+                                      float *out, float *weights)
+{
+    const decode_case *c = &dd->c;
+    mha_attention_args a;
+    memset(&a, 0, sizeof a);
+    a.q = mha_tensor_bshd(dd->q, c->b, 1, c->h, c->d);
+    a.k = mha_tensor_bshd(dd->kstore, c->b, c->lk, c->hkv, c->d);
+    a.v = mha_tensor_bshd(dd->vstore, c->b, c->lk, c->hkv, c->d);
+    a.k.dtype = a.v.dtype = dt;
+    a.out = mha_tensor_bshd(out, c->b, 1, c->h, c->d);
+    a.mask = &dd->mask;
+    a.weights = weights;
+    return a;
+}
+
+/* The oracle on the given fp32 K/V arrays. */
+static void oracle_on(const decode_data *dd, const float *k, const float *v,
+                      double *out)
+{
+    const decode_case *c = &dd->c;
+    oracle_dims dims = {c->b, 1, c->lk, c->h, c->hkv, c->d, c->d};
+    double *q = test_alloc(dd->nq * sizeof(double));
+    double *kd = test_alloc(dd->nkv * sizeof(double));
+    double *vd = test_alloc(dd->nkv * sizeof(double));
+    for (size_t i = 0; i < dd->nq; i++)
+        q[i] = dd->q[i];
+    for (size_t i = 0; i < dd->nkv; i++)
+        kd[i] = k[i], vd[i] = v[i];
+    oracle_sdpa(&dims, q, kd, vd, &dd->mask, 1.0 / sqrt((double)c->d), out,
+                NULL);
+    free(q), free(kd), free(vd);
+}
+
+static const char *dtype_name(mha_dtype dt)
+{
+    return dt == MHA_F32 ? "f32" : dt == MHA_F16 ? "f16" : "bf16";
+}
+
+static const decode_case cases[] = {
+    /* b, h, hkv, lk, d, causal, lengths */
+    {1, 8, 8, 300, 64, MHA_CAUSAL_BOTTOM_RIGHT, 0},
+    {2, 8, 2, 1031, 128, MHA_CAUSAL_BOTTOM_RIGHT, 1},
+    {1, 32, 8, 4099, 128, MHA_CAUSAL_NONE, 0},     /* split-KV, groups of 4 */
+    {3, 8, 1, 2500, 80, MHA_CAUSAL_BOTTOM_RIGHT, 1}, /* group of 8 */
+    {1, 64, 1, 700, 32, MHA_CAUSAL_NONE, 0},     /* group above block_q */
+    {1, 4, 2, 1500, 17, MHA_CAUSAL_TOP_LEFT, 0}, /* top-left: key 0 only */
+};
+
+START_TEST(decode_dtypes_vs_oracle)
+{
+    const decode_case *c = &cases[_i % (sizeof cases / sizeof cases[0])];
+    mha_dtype dt = (mha_dtype)(_i / (sizeof cases / sizeof cases[0]));
+    decode_data dd;
+    make_data(&dd, c, dt, 1000 + (uint64_t)_i);
+    double *want = test_alloc(dd.nq * sizeof(double));
+    double *want_raw = test_alloc(dd.nq * sizeof(double));
+    oracle_on(&dd, dd.k, dd.v, want);
+    oracle_on(&dd, dd.kraw, dd.vraw, want_raw);
+    double input_tol = dt == MHA_F16    ? TOL_F16_INPUT
+                       : dt == MHA_BF16 ? TOL_BF16_INPUT
+                                        : TOL_ATTN_ABS;
+    float *out = test_alloc(dd.nq * sizeof(float));
+    mha_isa isas[4];
+    int n = available_isas(isas);
+    for (int i = 0; i < n; i++) {
+        mha_engine *e = make_engine(isas[i], 2);
+        mha_attention_args a = decode_args(&dd, dt, out, NULL);
+        mha_status st = mha_attention(e, &a);
+        ck_assert_msg(st == MHA_OK, "%s", mha_last_error());
+        size_t at;
+        double ratio = tol_ratio(out, want, dd.nq, TOL_ATTN_ABS, TOL_ATTN_REL,
+                                 &at);
+        ck_assert_msg(ratio <= 1.0,
+                      "%s %s H=%lld Hkv=%lld Lk=%lld d=%lld: out[%zu] = %g, "
+                      "oracle %g (ratio %g)",
+                      mha_isa_name(isas[i]), dtype_name(dt),
+                      (long long)c->h, (long long)c->hkv, (long long)c->lk,
+                      (long long)c->d, at, (double)out[at], want[at], ratio);
+        ratio = tol_ratio(out, want_raw, dd.nq, input_tol, 0.0, &at);
+        ck_assert_msg(ratio <= 1.0,
+                      "%s %s: out[%zu] = %g is %g from the fp32-input oracle",
+                      mha_isa_name(isas[i]), dtype_name(dt), at,
+                      (double)out[at], fabs(out[at] - want_raw[at]));
+        mha_engine_destroy(e);
+    }
+    free(out), free(want), free(want_raw);
+    free_data(&dd);
+}
+END_TEST
+
+/* Splitting the keys changes only rounding: compare the split path (no
+ * weights) with the unsplit one (weights requested) and both with the
+ * oracle. */
+START_TEST(split_matches_unsplit)
+{
+    const decode_case c = {1, 2, 1, 9001, 64, MHA_CAUSAL_BOTTOM_RIGHT, 0};
+    decode_data dd;
+    make_data(&dd, &c, MHA_F32, 77);
+    double *want = test_alloc(dd.nq * sizeof(double));
+    oracle_on(&dd, dd.k, dd.v, want);
+    float *split = test_alloc(dd.nq * sizeof(float));
+    float *whole = test_alloc(dd.nq * sizeof(float));
+    float *weights = test_alloc((size_t)(c.h * c.lk) * sizeof(float));
+    double *whole_d = test_alloc(dd.nq * sizeof(double));
+    mha_isa isas[4];
+    int n = available_isas(isas);
+    for (int i = 0; i < n; i++) {
+        mha_engine *e = make_engine(isas[i], 2);
+        mha_attention_args a = decode_args(&dd, MHA_F32, split, NULL);
+        ck_assert_int_eq(mha_attention(e, &a), MHA_OK);
+        a = decode_args(&dd, MHA_F32, whole, weights);
+        ck_assert_int_eq(mha_attention(e, &a), MHA_OK);
+        for (size_t x = 0; x < dd.nq; x++)
+            whole_d[x] = whole[x];
+        size_t at;
+        double r1 = tol_ratio(split, want, dd.nq, TOL_ATTN_ABS, TOL_ATTN_REL,
+                              &at);
+        ck_assert_msg(r1 <= 1.0, "%s split vs oracle at %zu: %g vs %g",
+                      mha_isa_name(isas[i]), at, (double)split[at], want[at]);
+        double r2 = tol_ratio(split, whole_d, dd.nq, TOL_ATTN_ABS,
+                              TOL_ATTN_REL, &at);
+        ck_assert_msg(r2 <= 1.0, "%s split vs unsplit at %zu: %g vs %g",
+                      mha_isa_name(isas[i]), at, (double)split[at],
+                      whole_d[at]);
+        mha_engine_destroy(e);
+    }
+    free(split), free(whole), free(weights), free(whole_d), free(want);
+    free_data(&dd);
+}
+END_TEST
+
+/* With split-KV active the result must not depend on the thread count. */
+START_TEST(split_deterministic_over_threads)
+{
+    static const decode_case shapes[] = {
+        {1, 1, 1, 32768, 128, MHA_CAUSAL_BOTTOM_RIGHT, 0},
+        {2, 32, 8, 3000, 64, MHA_CAUSAL_NONE, 1},
+    };
+    const decode_case *c = &shapes[_i];
+    mha_dtype dt = _i == 0 ? MHA_F32 : MHA_F16;
+    decode_data dd;
+    make_data(&dd, c, dt, 500 + (uint64_t)_i);
+    float *first = test_alloc(dd.nq * sizeof(float));
+    float *again = test_alloc(dd.nq * sizeof(float));
+    mha_isa isas[4];
+    int n = available_isas(isas);
+    for (int i = 0; i < n; i++) {
+        for (int t = 1; t <= 8; t++) {
+            mha_engine *e = make_engine(isas[i], t);
+            mha_attention_args a =
+                decode_args(&dd, dt, t == 1 ? first : again, NULL);
+            ck_assert_int_eq(mha_attention(e, &a), MHA_OK);
+            if (t > 1)
+                ck_assert_msg(memcmp(first, again, dd.nq * sizeof(float)) == 0,
+                              "%s Lk=%lld: %d threads differ from 1",
+                              mha_isa_name(isas[i]), (long long)c->lk, t);
+            mha_engine_destroy(e);
+        }
+    }
+    free(first), free(again);
+    free_data(&dd);
+}
+END_TEST
+
+Suite *suite_decode(void)
+{
+    Suite *s = suite_create("decode");
+    TCase *tc = tcase_create("decode");
+    tcase_set_timeout(tc, 600);
+    int ncases = (int)(sizeof cases / sizeof cases[0]);
+    tcase_add_loop_test(tc, decode_dtypes_vs_oracle, 0, 3 * ncases);
+    tcase_add_test(tc, split_matches_unsplit);
+    tcase_add_loop_test(tc, split_deterministic_over_threads, 0, 2);
+    suite_add_tcase(s, tc);
+    return s;
+}
