@@ -162,7 +162,8 @@ typedef struct mha_attention_args {
     mha_tensor out; /* [B, Lq, H,   dv] written */
     const mha_mask *mask; /* NULL: no mask */
     float scale;          /* 0: 1/sqrt(d) */
-    float *weights; /* optional packed [B, H, Lq, Lk]: the probabilities */
+    float *weights; /* optional packed [B, H, Lq, Lk]: the probabilities;
+                       must not overlap q, k, v or out (MHA_ERR_BAD_STRIDE) */
 } mha_attention_args;
 
 MHA_API mha_status mha_attention(const mha_engine *engine,
@@ -174,7 +175,8 @@ MHA_API mha_status mha_attention(const mha_engine *engine,
 /* Weights in nn.Linear layout [out_features, in_features], row-major, as in
  * a PyTorch state dict. Give either in_proj_weight [3E, E] (requires
  * kdim == vdim == E) or all three of q_proj_weight [E, E], k_proj_weight
- * [E, kdim], v_proj_weight [E, vdim]. in_proj_bias [3E] (q, k, v biases in
+ * [E, kdim], v_proj_weight [E, vdim] (both forms at once:
+ * MHA_ERR_BAD_ARGUMENT). in_proj_bias [3E] (q, k, v biases in
  * that order, as PyTorch keeps them in both forms) and out_proj_bias [E]
  * are optional. The layer copies everything it needs. */
 typedef struct mha_layer_desc {

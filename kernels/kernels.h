@@ -4,7 +4,9 @@
  * Kernels are single-threaded, allocation-free pure functions on pointers and
  * sizes. They never see OpenMP, the public structs or errors; the engine
  * validates everything before calling them. Matrices are row-major with an
- * explicit row stride ("ld", in elements); columns are contiguous.
+ * explicit row stride ("ld", in elements); columns are contiguous. An input
+ * row stride may be 0 (a broadcast row) or smaller than the row; only
+ * outputs need ld >= their width.
  *
  * Each ISA has one static table. It sets the slots it speeds up and leaves
  * the others NULL; the engine copies the generic table and overrides it with
