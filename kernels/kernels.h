@@ -46,6 +46,21 @@ typedef struct mk_mask {
 
 #define MK_NO_CAUSAL INT64_MAX
 
+/* Columns [0, result) of row i of an n-column tile are the ones neither the
+ * causal diagonal nor the key limit hides; the rest are masked. */
+static inline int64_t mk_visible_columns(const mk_mask *mask, int64_t i,
+                                         int64_t n)
+{
+    int64_t visible = n;
+    if (mask->causal_diag != MK_NO_CAUSAL && i + mask->causal_diag + 1 < n) {
+        int64_t end = i + mask->causal_diag + 1;
+        visible = end < 0 ? 0 : end;
+    }
+    if (mask->key_limit < visible)
+        visible = mask->key_limit < 0 ? 0 : mask->key_limit;
+    return visible;
+}
+
 typedef struct mk_table {
     const char *name; /* "generic", "avx2", "neon" */
 

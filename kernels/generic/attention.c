@@ -63,14 +63,7 @@ static void generic_qk(const float *q, ptrdiff_t ldq, int64_t m,
 static float scale_mask_row(float *row, int64_t i, int64_t n, float scale,
                             const mk_mask *mask)
 {
-    int64_t visible = n;
-    if (mask->causal_diag != MK_NO_CAUSAL) {
-        int64_t last = i + mask->causal_diag; /* last visible column */
-        if (last + 1 < visible)
-            visible = last + 1 < 0 ? 0 : last + 1;
-    }
-    if (mask->key_limit < visible)
-        visible = mask->key_limit < 0 ? 0 : mask->key_limit;
+    int64_t visible = mk_visible_columns(mask, i, n);
     const float *bias = mask->bias ? mask->bias + i * mask->bias_ld : NULL;
     const uint8_t *keep = mask->keep ? mask->keep + i * mask->keep_ld : NULL;
     for (int64_t j = 0; j < visible; j++)

@@ -35,21 +35,6 @@ static void mk_neon_qk_8x8(const float *q, ptrdiff_t ldq, int64_t m,
                      NULL, s, lds);
 }
 
-/* Columns [0, visible) of row i are the ones no causal or key-length mask
- * hides. */
-static int64_t visible_columns(int64_t i, int64_t n, const mk_mask *mask)
-{
-    int64_t visible = n;
-    if (mask->causal_diag != MK_NO_CAUSAL) {
-        int64_t last = i + mask->causal_diag; /* last visible column */
-        if (last + 1 < visible)
-            visible = last + 1 < 0 ? 0 : last + 1;
-    }
-    if (mask->key_limit < visible)
-        visible = mask->key_limit < 0 ? 0 : mask->key_limit;
-    return visible;
-}
-
 /* Four keep bytes as lanes: all ones where the byte is zero (masked). */
 static inline uint32x4_t masked_lanes(const uint8_t *keep)
 {
@@ -135,7 +120,7 @@ static void mk_neon_softmax_update(float *s, ptrdiff_t lds, int64_t m,
     assert(m == 0 || (row_max && row_sum && alpha));
     for (int64_t i = 0; i < m; i++) {
         float *row = s + i * lds;
-        int64_t visible = visible_columns(i, n, mask);
+        int64_t visible = mk_visible_columns(mask, i, n);
         const float *bias =
             mask->bias ? mask->bias + i * mask->bias_ld : NULL;
         const uint8_t *keep =
