@@ -57,10 +57,10 @@ std::string ShapeName(const Shape &s)
 }
 
 // The case being measured. Google Benchmark calls a case's function once per
-// repetition (and once more to size the iteration count); keeping the inputs
-// until another case runs spares the setup (up to 0.5 GB of random data) when
-// repetitions run in order, and holds one case in memory at a time when they
-// are interleaved. The setup is never timed.
+// repetition (the first one more often, to size the iteration count).
+// Keeping the inputs until another case runs spares the setup (up to 0.5 GB
+// of random data) when repetitions run in order, and holds one case in memory
+// at a time when they are interleaved. The setup is never timed.
 class CurrentCase {
   public:
     ~CurrentCase() { bench_case_destroy(case_); }
@@ -196,28 +196,46 @@ std::string Join(const std::vector<std::string> &items)
     return out;
 }
 
-// "<kind>/<shape>,..." in the order of kShapes, baselines last: the report
-// keeps this order when the repetitions ran interleaved.
+bool IsLayer(const Shape &s) { return std::strcmp(s.kind, "layer") == 0; }
+
+// The OpenBLAS baseline: each attention, causal and decode shape once,
+// without a mask (the causal case is compared with the dense baseline of its
+// shape, as a user without libmha computes the whole S and then masks it).
+std::vector<Shape> BaselineShapes()
+{
+    std::vector<Shape> out;
+    if (!bench_have_blas())
+        return out;
+    for (const Shape &s : kShapes) {
+        bool seen = IsLayer(s);
+        for (const Shape &o : out)
+            seen = seen || ShapeName(o) == ShapeName(s);
+        if (!seen) {
+            out.push_back(s);
+            out.back().kind = "blas_baseline";
+        }
+    }
+    return out;
+}
+
+// "<kind>/<shape>,..." in registration order: the report keeps this order
+// when the repetitions ran interleaved.
 std::string CaseOrder()
 {
-    std::vector<std::string> order, baselines;
-    for (const Shape &s : kShapes) {
+    std::vector<std::string> order;
+    for (const Shape &s : kShapes)
         order.push_back(std::string(s.kind) + "/" + ShapeName(s));
-        const std::string b = "blas_baseline/" + ShapeName(s);
-        bool seen = false;
-        for (const std::string &x : baselines)
-            seen = seen || x == b;
-        if (std::strcmp(s.kind, "layer") != 0 && !seen)
-            baselines.push_back(b);
-    }
-    order.insert(order.end(), baselines.begin(), baselines.end());
+    for (const Shape &s : BaselineShapes())
+        order.push_back(std::string(s.kind) + "/" + ShapeName(s));
     return Join(order);
 }
 
-bench_spec MakeSpec(const Shape &s, bench_impl impl, mha_isa isa, int threads)
+bench_spec MakeSpec(const Shape &s, mha_isa isa, int threads)
 {
     bench_spec spec{};
-    spec.impl = impl;
+    spec.impl = IsLayer(s) ? BENCH_IMPL_LAYER
+                : std::strcmp(s.kind, "blas_baseline") == 0 ? BENCH_IMPL_BLAS
+                                                            : BENCH_IMPL_ATTENTION;
     spec.batch = s.b;
     spec.heads = s.h;
     spec.kv_heads = s.hkv;
@@ -232,14 +250,22 @@ bench_spec MakeSpec(const Shape &s, bench_impl impl, mha_isa isa, int threads)
     return spec;
 }
 
-void Register(const std::string &name, const bench_spec &spec, bool decode)
+// One case per thread count; isa_name is the ISA's or "openblas".
+void RegisterShape(const Shape &s, mha_isa isa, const char *isa_name,
+                   const std::vector<int> &threads)
 {
-    benchmark::RegisterBenchmark(
-        name.c_str(),
-        [name, spec, decode](benchmark::State &state) {
-            RunCase(state, name, spec, decode);
-        })
-        ->Unit(benchmark::kMillisecond);
+    for (int t : threads) {
+        const std::string name = std::string(s.kind) + "/" + ShapeName(s) +
+                                 "/" + isa_name + "/threads:" +
+                                 std::to_string(t);
+        const bench_spec spec = MakeSpec(s, isa, t);
+        const bool decode = s.lq == 1;
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [name, spec, decode](benchmark::State &st) {
+                                         RunCase(st, name, spec, decode);
+                                     })
+            ->Unit(benchmark::kMillisecond);
+    }
 }
 
 void RegisterAll(const std::vector<mha_isa> &isas,
@@ -250,45 +276,19 @@ void RegisterAll(const std::vector<mha_isa> &isas,
             const std::string name = std::string("fma_peak/") +
                                      mha_isa_name(isa) + "/threads:" +
                                      std::to_string(t);
-            benchmark::RegisterBenchmark(name.c_str(), [isa, t](
-                                                           benchmark::State &st) {
-                RunPeak(st, isa, t);
-            })->Unit(benchmark::kMillisecond);
+            benchmark::RegisterBenchmark(name.c_str(),
+                                         [isa, t](benchmark::State &st) {
+                                             RunPeak(st, isa, t);
+                                         })
+                ->Unit(benchmark::kMillisecond);
         }
     }
-    std::vector<std::string> baselines;
     for (const Shape &s : kShapes) {
-        const std::string shape = ShapeName(s);
-        const bool layer = std::strcmp(s.kind, "layer") == 0;
-        const bool decode = std::strcmp(s.kind, "decode") == 0;
-        for (mha_isa isa : isas) {
-            for (int t : threads) {
-                Register(std::string(s.kind) + "/" + shape + "/" +
-                             mha_isa_name(isa) + "/threads:" +
-                             std::to_string(t),
-                         MakeSpec(s, layer ? BENCH_IMPL_LAYER
-                                           : BENCH_IMPL_ATTENTION,
-                                  isa, t),
-                         decode);
-            }
-        }
-        // One dense baseline per attention shape, right after the first
-        // cases of that shape so both see the same machine.
-        bool seen = false;
-        for (const std::string &b : baselines)
-            seen = seen || b == shape;
-        if (layer || seen || !bench_have_blas())
-            continue;
-        baselines.push_back(shape);
-        Shape dense = s;
-        dense.kind = "blas_baseline";
-        for (int t : threads) {
-            Register("blas_baseline/" + shape + "/openblas/threads:" +
-                         std::to_string(t),
-                     MakeSpec(dense, BENCH_IMPL_BLAS, MHA_ISA_GENERIC, t),
-                     decode);
-        }
+        for (mha_isa isa : isas)
+            RegisterShape(s, isa, mha_isa_name(isa), threads);
     }
+    for (const Shape &s : BaselineShapes())
+        RegisterShape(s, MHA_ISA_GENERIC, "openblas", threads);
 }
 
 }  // namespace
