@@ -1,0 +1,20 @@
+/* The AVX2+FMA kernel table. Every slot is set; block_q is a multiple of
+ * the 6-row tile and block_k of the 16-key panel. */
+#include "avx2.h"
+
+const mk_table mk_table_avx2 = {
+    .name = "avx2",
+    .block_q = 96,
+    .block_k = 256,
+    .packed_k_floats = mk_avx2_packed_k_floats,
+    .pack_k = mk_avx2_pack_k,
+    .qk = mk_avx2fma_qk_6x16,
+    .softmax_update = mk_avx2fma_softmax_update_8,
+    .pv = mk_avx2fma_pv_6x16,
+    .normalize = mk_avx2_normalize_8,
+    .cvt_f16 = mk_f16c_cvt_f16_8,
+    .cvt_bf16 = mk_avx2_cvt_bf16_8,
+    .packed_w_floats = mk_avx2_packed_w_floats,
+    .pack_w = mk_avx2_pack_w,
+    .linear = mk_avx2fma_linear_6x16,
+};

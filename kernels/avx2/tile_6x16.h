@@ -1,0 +1,158 @@
+/*
+ * The AVX2+FMA register tile every matmul kernel of this directory is built
+ * from. Internal to kernels/avx2/; include only from files compiled with
+ * -mavx2 -mfma.
+ *
+ * Tile: mr x 16 (mr = 1..6 rows) of C in 2*mr ymm accumulators (12 at
+ * mr = 6), plus two ymm for one row of B and one for a broadcast element
+ * of A: 15 of the 16 ymm registers. Per step of the depth loop: two loads
+ * of B, mr broadcasts of A, 2*mr FMAs, no horizontal sums.
+ *
+ *   c[r][j] = init[r][j] + sum_{p<k} a[r*lda + p] * b[p*ldb + j]
+ *
+ * summed in order of p with one FMA per step, for r < mr, j < 16. The
+ * value of an element therefore does not depend on mr, on nr or on the
+ * flags that pick the edge paths (the determinism contract of kernels.h):
+ * edges only change which lanes are loaded and stored.
+ */
+#ifndef MK_AVX2_TILE_6X16_H
+#define MK_AVX2_TILE_6X16_H
+
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MK_AVX2_MR 6
+#define MK_AVX2_NR 16
+
+/* The flags of a tile call (compile-time constants at every call). */
+enum {
+    /* init = c_scale[r] * c[r][j] (the P·V rescale). */
+    MK_AVX2_INIT_SCALED = 1,
+    /* init = c[r][j] (a sum continued from an earlier call); with neither
+     * INIT flag, init = 0. */
+    MK_AVX2_INIT_LOAD = 32,
+    /* B rows hold only nr valid columns (V's last columns): masked loads,
+     * so nothing past the matrix is read. */
+    MK_AVX2_B_NARROW = 2,
+    /* C has only nr columns: masked loads and stores. */
+    MK_AVX2_C_NARROW = 4,
+    /* Add bias[j] after the sum. */
+    MK_AVX2_ADD_BIAS = 8,
+    /* Prefetch B rows MK_AVX2_PREFETCH_ROWS ahead: B rows that sit a page
+     * or more apart (V in a [B, S, H, D] tensor) defeat the hardware
+     * prefetchers, which stop at page boundaries. */
+    MK_AVX2_PREFETCH_B = 16,
+};
+
+#ifndef MK_AVX2_PREFETCH_ROWS
+#define MK_AVX2_PREFETCH_ROWS 8
+#endif
+
+/* Lanes j < nr of a 16-wide row, as two 8-lane masks. */
+static inline __m256i mk_avx2_lanes_below(int64_t nr, int half)
+{
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i lim = _mm256_set1_epi32((int)(nr - 8 * half));
+    return _mm256_cmpgt_epi32(lim, iota);
+}
+
+/* Applies the tile op for row r (0..5) when the tile has that row. */
+#define MK_AVX2_ROWS(OP) OP(0) OP(1) OP(2) OP(3) OP(4) OP(5)
+
+/*
+ * One tile. Preconditions: 1 <= mr <= 6 (a constant), k >= 0, 1 <= nr <= 16
+ * (16 unless a NARROW flag is set), b readable for k rows of 16 floats
+ * unless B_NARROW, c_scale readable for mr floats if INIT_SCALED, bias for
+ * nr floats if ADD_BIAS.
+ */
+static inline __attribute__((always_inline)) void
+mk_avx2fma_tile_6x16(const int mr, const unsigned flags, int64_t k,
+                     const float *a, ptrdiff_t lda, const float *b,
+                     ptrdiff_t ldb, const float *c_scale, const float *bias,
+                     float *c, ptrdiff_t ldc, int64_t nr)
+{
+    const __m256i mask0 = mk_avx2_lanes_below(nr, 0);
+    const __m256i mask1 = mk_avx2_lanes_below(nr, 1);
+    const int b_narrow = (flags & MK_AVX2_B_NARROW) != 0;
+    const int c_narrow = (flags & MK_AVX2_C_NARROW) != 0;
+
+#define MK_LOAD(ptr, mask, narrow) \
+    ((narrow) ? _mm256_maskload_ps((ptr), (mask)) : _mm256_loadu_ps(ptr))
+
+#define MK_INIT(r)                                                         \
+    __m256 acc##r##0 = _mm256_setzero_ps(), acc##r##1 = acc##r##0;         \
+    if (mr > (r) && (flags & MK_AVX2_INIT_SCALED)) {                       \
+        __m256 sc = _mm256_broadcast_ss(c_scale + (r));                    \
+        acc##r##0 = _mm256_mul_ps(sc, MK_LOAD(c + (r) * ldc, mask0,        \
+                                              c_narrow));                  \
+        acc##r##1 = _mm256_mul_ps(sc, MK_LOAD(c + (r) * ldc + 8, mask1,    \
+                                              c_narrow));                  \
+    }
+    MK_AVX2_ROWS(MK_INIT)
+#undef MK_INIT
+#define MK_INIT_LOAD(r)                                                    \
+    if (mr > (r) && (flags & MK_AVX2_INIT_LOAD)) {                         \
+        acc##r##0 = MK_LOAD(c + (r) * ldc, mask0, c_narrow);               \
+        acc##r##1 = MK_LOAD(c + (r) * ldc + 8, mask1, c_narrow);           \
+    }
+    MK_AVX2_ROWS(MK_INIT_LOAD)
+#undef MK_INIT_LOAD
+
+    const float *bp = b;
+    for (int64_t p = 0; p < k; p++, bp += ldb) {
+        __m256 b0 = MK_LOAD(bp, mask0, b_narrow);
+        __m256 b1 = MK_LOAD(bp + 8, mask1, b_narrow);
+        if (flags & MK_AVX2_PREFETCH_B) {
+            _mm_prefetch((const char *)(bp + MK_AVX2_PREFETCH_ROWS * ldb),
+                         _MM_HINT_T0);
+            _mm_prefetch((const char *)(bp + MK_AVX2_PREFETCH_ROWS * ldb + 15),
+                         _MM_HINT_T0);
+        }
+#define MK_STEP(r)                                                         \
+    if (mr > (r)) {                                                        \
+        __m256 ar = _mm256_broadcast_ss(a + (r) * lda + p);                \
+        acc##r##0 = _mm256_fmadd_ps(ar, b0, acc##r##0);                    \
+        acc##r##1 = _mm256_fmadd_ps(ar, b1, acc##r##1);                    \
+    }
+        MK_AVX2_ROWS(MK_STEP)
+#undef MK_STEP
+    }
+
+    __m256 bias0 = _mm256_setzero_ps(), bias1 = bias0;
+    if (flags & MK_AVX2_ADD_BIAS) {
+        bias0 = MK_LOAD(bias, mask0, c_narrow);
+        bias1 = MK_LOAD(bias + 8, mask1, c_narrow);
+    }
+#define MK_STORE(r)                                                        \
+    if (mr > (r)) {                                                        \
+        if (flags & MK_AVX2_ADD_BIAS) {                                    \
+            acc##r##0 = _mm256_add_ps(acc##r##0, bias0);                   \
+            acc##r##1 = _mm256_add_ps(acc##r##1, bias1);                   \
+        }                                                                  \
+        if (c_narrow) {                                                    \
+            _mm256_maskstore_ps(c + (r) * ldc, mask0, acc##r##0);          \
+            _mm256_maskstore_ps(c + (r) * ldc + 8, mask1, acc##r##1);      \
+        } else {                                                           \
+            _mm256_storeu_ps(c + (r) * ldc, acc##r##0);                    \
+            _mm256_storeu_ps(c + (r) * ldc + 8, acc##r##1);                \
+        }                                                                  \
+    }
+    MK_AVX2_ROWS(MK_STORE)
+#undef MK_STORE
+#undef MK_LOAD
+}
+
+/* Calls FN(mr_constant, args...) for a run-time mr in 1..6, so every row
+ * count gets a tile compiled for it. */
+#define MK_AVX2_FOR_MR(mr, FN, ...)              \
+    switch (mr) {                                \
+    case 6: FN(6, __VA_ARGS__); break;           \
+    case 5: FN(5, __VA_ARGS__); break;           \
+    case 4: FN(4, __VA_ARGS__); break;           \
+    case 3: FN(3, __VA_ARGS__); break;           \
+    case 2: FN(2, __VA_ARGS__); break;           \
+    default: FN(1, __VA_ARGS__); break;          \
+    }
+
+#endif
