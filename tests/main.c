@@ -16,6 +16,7 @@ static const struct {
     {"masks", suite_masks},         {"layer", suite_layer},
     {"errors", suite_errors},       {"threads", suite_threads},
     {"kernels", suite_kernels},     {"decode", suite_decode},
+    {"stress", suite_stress},
 };
 
 int main(int argc, char **argv)

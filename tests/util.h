@@ -46,6 +46,7 @@ Suite *suite_errors(void);
 Suite *suite_threads(void);
 Suite *suite_kernels(void);
 Suite *suite_decode(void);
+Suite *suite_stress(void);
 
 /* Deterministic xorshift generator; uniform in [-1, 1). */
 typedef struct { uint64_t s; } test_rng;
