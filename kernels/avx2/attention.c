@@ -122,8 +122,9 @@ static void pv_rows(unsigned init, const float *p, ptrdiff_t ldp, int64_t m,
  * o[i][c] = alpha[i] * o[i][c] + sum_j p[i][j] * v[j][c].
  * Tile 6 rows x 16 output columns: 12 ymm accumulators start at alpha * o,
  * 2 hold a row of V, 1 a broadcast of p. Columns past the last multiple
- * of 16 use masked loads and stores. V rows that are contiguous (ldv == dv)
- * or too wide are read in place, prefetched a few rows ahead; strided rows
+ * of 16 use masked loads and stores. V rows that are contiguous (ldv == dv),
+ * too wide, or read by a single strip (m <= 6: decode) are read in place,
+ * prefetched a few rows ahead; other strided rows
  * (V inside a [B, S, H, D] tensor, a page or more apart) are copied to the
  * stack a chunk of keys at a time, every strip consuming the chunk while
  * it is in L1, the sums carried in o between chunks. Every element is
@@ -138,7 +139,7 @@ void mk_avx2fma_pv_6x16(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     assert((m == 0 || dv == 0) || (alpha && o && (n == 0 || (p && v))));
     assert(m <= 1 || ldo >= dv);
     int64_t chunk = dv > 0 ? PV_COPY_FLOATS / dv : 0;
-    if (n <= 1 || ldv == dv || chunk < 8) {
+    if (m <= MK_AVX2_MR || n <= 1 || ldv == dv || chunk < 8) {
         pv_rows(MK_AVX2_INIT_SCALED, p, ldp, m, n, v, ldv, dv, alpha, o, ldo);
         return;
     }
@@ -292,8 +293,9 @@ static float row_total(const float *s, int64_t visible)
  * is scale * max_j s (rounding is monotonic, so the same float) and s is
  * left alone; otherwise x is written back. Pass 2 writes P = exp(x - max')
  * with Sleef_expf8_u10avx2 (exp(-inf) = 0 exactly), folding the scale into
- * the exp argument with one FMA on the fast path. Pass 3 sums P. Rows whose
- * maximum stays -inf get P = 0, alpha = 1.
+ * the exp argument with one FMA on the fast path. Pass 3 sums P. The
+ * alphas of 8 rows take one vector exp. Rows whose maximum stays -inf get
+ * P = 0, alpha = 1.
  * Preconditions: lds >= n when m > 1; mask->keep / bias readable for the
  * visible keys of each row (row stride keep_ld / bias_ld, 0 broadcasts).
  */
@@ -306,31 +308,46 @@ void mk_avx2fma_softmax_update_8(float *s, ptrdiff_t lds, int64_t m,
     assert(m <= 1 || lds >= n);
     const int unscaled = !mask->bias && !mask->keep && scale > 0.0f &&
                          scale < INFINITY;
-    for (int64_t i = 0; i < m; i++) {
-        float *row = s + i * lds;
-        int64_t visible = mk_visible_columns(mask, i, n);
-        float bmax;
-        if (unscaled) {
-            bmax = scale * row_max_unscaled(row, visible);
-        } else {
-            const float *bias =
-                mask->bias ? mask->bias + i * mask->bias_ld : NULL;
-            const uint8_t *keep =
-                mask->keep ? mask->keep + i * mask->keep_ld : NULL;
-            bmax = scale_mask_row(row, visible, scale, bias, keep);
+    /* Rows go in groups of 8 so their alphas take one vector exp. */
+    for (int64_t i0 = 0; i0 < m; i0 += 8) {
+        int64_t rows = m - i0 < 8 ? m - i0 : 8;
+        _Alignas(32) float arg[8] = {0}, sum[8] = {0}, e[8];
+        int empty[8] = {0};
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t i = i0 + r;
+            float *row = s + i * lds;
+            int64_t visible = mk_visible_columns(mask, i, n);
+            float bmax;
+            if (unscaled) {
+                bmax = scale * row_max_unscaled(row, visible);
+            } else {
+                const float *bias =
+                    mask->bias ? mask->bias + i * mask->bias_ld : NULL;
+                const uint8_t *keep =
+                    mask->keep ? mask->keep + i * mask->keep_ld : NULL;
+                bmax = scale_mask_row(row, visible, scale, bias, keep);
+            }
+            float mnew = bmax > row_max[i] ? bmax : row_max[i];
+            if (mnew == -INFINITY) {
+                memset(row, 0, (size_t)n * sizeof *row);
+                empty[r] = 1;
+                continue;
+            }
+            exp_row(row, visible, n, _mm256_set1_ps(unscaled ? scale : 1.0f),
+                    _mm256_set1_ps(mnew));
+            sum[r] = row_total(row, visible);
+            arg[r] = row_max[i] - mnew;
+            row_max[i] = mnew;
         }
-        float mnew = bmax > row_max[i] ? bmax : row_max[i];
-        if (mnew == -INFINITY) {
-            memset(row, 0, (size_t)n * sizeof *row);
-            alpha[i] = 1.0f;
-            continue;
+        _mm256_storeu_ps(e, Sleef_expf8_u10avx2(_mm256_load_ps(arg)));
+        for (int64_t r = 0; r < rows; r++) {
+            if (empty[r]) {
+                alpha[i0 + r] = 1.0f;
+                continue;
+            }
+            alpha[i0 + r] = e[r];
+            row_sum[i0 + r] = row_sum[i0 + r] * e[r] + sum[r];
         }
-        exp_row(row, visible, n, _mm256_set1_ps(unscaled ? scale : 1.0f),
-                _mm256_set1_ps(mnew));
-        float sum = row_total(row, visible);
-        alpha[i] = expf(row_max[i] - mnew);
-        row_sum[i] = row_sum[i] * alpha[i] + sum;
-        row_max[i] = mnew;
     }
 }
 
