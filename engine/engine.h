@@ -63,6 +63,12 @@ mha_status mha_validate_mask(const mha_mask *mask, int64_t batch,
                              mha_mask *copy);
 /* Bytes of one element of dtype; 0 for an unknown dtype. */
 size_t mha_dtype_size(mha_dtype dtype);
+/* MHA_ERR_BAD_MASK if an array of a validated mask shares a byte with
+ * [output, output + bytes), the buffer called name. */
+mha_status mha_check_mask_disjoint(const mha_mask *mask, int64_t batch,
+                                   int64_t heads, int64_t lq, int64_t lk,
+                                   const void *output, size_t bytes,
+                                   const char *name);
 /* Overflow-checked arithmetic: return 0 on overflow. */
 int mha_mul_ok(int64_t a, int64_t b, int64_t *r);
 int mha_add_ok(int64_t a, int64_t b, int64_t *r);

@@ -191,7 +191,10 @@ mha_status mha_layer_forward(const mha_layer *layer, const float *query,
 
     mha_problem p;
     mha_status st;
-    if ((st = mha_validate_mask(mask, batch, h, lq, lk, &p.mask)) != MHA_OK)
+    if ((st = mha_validate_mask(mask, batch, h, lq, lk, &p.mask)) != MHA_OK ||
+        (st = mha_check_mask_disjoint(&p.mask, batch, h, lq, lk, out,
+                                      (size_t)nout * sizeof(float),
+                                      "out")) != MHA_OK)
         return st;
     if (weights) {
         int64_t wn;
@@ -205,6 +208,10 @@ mha_status mha_layer_forward(const mha_layer *layer, const float *query,
             if (overlap(rw, inputs[i]))
                 return mha_fail(MHA_ERR_BAD_STRIDE, "weights overlap %s",
                                 in_names[i]);
+        if ((st = mha_check_mask_disjoint(&p.mask, batch, h, lq, lk, weights,
+                                          rw.hi - rw.lo, "weights")) !=
+            MHA_OK)
+            return st;
     }
 
     const mk_table *t = &layer->engine->kernels;

@@ -196,6 +196,20 @@ static int mask_spans(const mha_mask *m, int64_t batch, int64_t heads,
     return n;
 }
 
+mha_status mha_check_mask_disjoint(const mha_mask *mask, int64_t batch,
+                                   int64_t heads, int64_t lq, int64_t lk,
+                                   const void *output, size_t bytes,
+                                   const char *name)
+{
+    span rm[3], ro = {(uintptr_t)output, (uintptr_t)output + bytes};
+    int nm = mask_spans(mask, batch, heads, lq, lk, rm);
+    for (int i = 0; i < nm; i++)
+        if (spans_overlap(rm[i], ro))
+            return mha_fail(MHA_ERR_BAD_MASK, "a mask array overlaps %s",
+                            name);
+    return MHA_OK;
+}
+
 mha_status mha_validate_attention(const mha_attention_args *args,
                                   mha_problem *p)
 {
@@ -274,13 +288,13 @@ mha_status mha_validate_attention(const mha_attention_args *args,
     if ((st = mha_validate_mask(args->mask, B, H, Lq, Lk, &p->mask)) !=
         MHA_OK)
         return st;
-    span rm[3];
-    int nm = mask_spans(&p->mask, B, H, Lq, Lk, rm);
-    for (int i = 0; i < nm; i++)
-        if (spans_overlap(rm[i], ro) ||
-            (args->weights && spans_overlap(rm[i], rw)))
-            return mha_fail(MHA_ERR_BAD_MASK,
-                            "a mask array overlaps an output");
+    if ((st = mha_check_mask_disjoint(&p->mask, B, H, Lq, Lk,
+                                      (const void *)ro.lo, ro.hi - ro.lo,
+                                      "out")) != MHA_OK ||
+        (st = mha_check_mask_disjoint(&p->mask, B, H, Lq, Lk,
+                                      (const void *)rw.lo, rw.hi - rw.lo,
+                                      "weights")) != MHA_OK)
+        return st;
 
     p->q = q->data, p->k = k->data, p->v = v->data, p->out = o->data;
     p->k_dtype = k->dtype, p->v_dtype = v->dtype;
