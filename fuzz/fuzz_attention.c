@@ -930,9 +930,13 @@ static void oracle(const oracle_problem *p, want *out, want *weights)
                         if (cls[j] == KEY_VISIBLE || !STRICT_MASKED_V)
                             col_may |= vflag != 0;
                     }
-                    int kind = row_nan || col_nan   ? WANT_NAN
-                               : row_may || col_may ? WANT_ANY
-                                                    : WANT_CLOSE;
+                    /* An infinite score row may look fully masked and
+                     * drop V's NaN: row_may outranks col_nan. */
+                    int kind = row_nan   ? WANT_NAN
+                               : row_may ? WANT_ANY
+                               : col_nan ? WANT_NAN
+                               : col_may ? WANT_ANY
+                                         : WANT_CLOSE;
                     orow[c] = (want){acc / l, out_slack, kind};
                 }
                 for (int64_t j = 0; wrow && j < Lk; j++) {
