@@ -84,37 +84,49 @@ void mk_avx2fma_qk_6x16(const float *q, ptrdiff_t ldq, int64_t m,
 #endif
 
 /* Keys 0..jn-1 of one strip of mr rows against every column block of V.
- * init: MK_AVX2_INIT_SCALED for the first keys of the tile, else
- * MK_AVX2_INIT_LOAD to continue the sums in o. */
+ * flags: MK_AVX2_INIT_SCALED for the first keys of the tile, else
+ * MK_AVX2_INIT_LOAD to continue the sums in o; MK_AVX2_PREFETCH_B when V
+ * is read in place. */
 static inline __attribute__((always_inline)) void
-pv_strip(const int mr, const unsigned init, const float *p, ptrdiff_t ldp,
+pv_strip(const int mr, const unsigned flags, const float *p, ptrdiff_t ldp,
          int64_t jn, const float *v, ptrdiff_t ldv, int64_t dv,
          const float *alpha, float *o, ptrdiff_t ldo)
 {
     int64_t c0 = 0;
     for (; c0 + MK_AVX2_NR <= dv; c0 += MK_AVX2_NR)
-        mk_avx2fma_tile_6x16(mr, init | MK_AVX2_PREFETCH_B, jn, p, ldp,
+        mk_avx2fma_tile_6x16(mr, flags | MK_AVX2_PREFETCH_C_NEXT, jn, p, ldp,
                              v + c0, ldv, alpha, NULL, o + c0, ldo,
                              MK_AVX2_NR);
     if (c0 < dv)
-        mk_avx2fma_tile_6x16(mr, init | MK_AVX2_B_NARROW | MK_AVX2_C_NARROW,
+        mk_avx2fma_tile_6x16(mr, flags | MK_AVX2_B_NARROW | MK_AVX2_C_NARROW,
                              jn, p, ldp, v + c0, ldv, alpha, NULL, o + c0,
                              ldo, dv - c0);
 }
 
-/* Every strip of m rows against keys 0..jn-1 of v. */
-static void pv_rows(unsigned init, const float *p, ptrdiff_t ldp, int64_t m,
+/* Every strip of m rows against keys 0..jn-1 of v, with the pv_strip
+ * flags of one of the three paths. */
+static void pv_rows(unsigned flags, const float *p, ptrdiff_t ldp, int64_t m,
                     int64_t jn, const float *v, ptrdiff_t ldv, int64_t dv,
                     const float *alpha, float *o, ptrdiff_t ldo)
 {
+    enum {
+        IN_PLACE = MK_AVX2_INIT_SCALED | MK_AVX2_PREFETCH_B,
+        FIRST_CHUNK = MK_AVX2_INIT_SCALED,
+        NEXT_CHUNK = MK_AVX2_INIT_LOAD,
+    };
     for (int64_t i0 = 0; i0 < m; i0 += MK_AVX2_MR) {
         int64_t mr = m - i0 < MK_AVX2_MR ? m - i0 : MK_AVX2_MR;
-        if (init == MK_AVX2_INIT_SCALED)
-            MK_AVX2_FOR_MR(mr, pv_strip, MK_AVX2_INIT_SCALED, p + i0 * ldp,
-                           ldp, jn, v, ldv, dv, alpha + i0, o + i0 * ldo, ldo)
+        const float *pi = p + i0 * ldp, *ai = alpha + i0;
+        float *oi = o + i0 * ldo;
+        if (flags == IN_PLACE)
+            MK_AVX2_FOR_MR(mr, pv_strip, IN_PLACE, pi, ldp, jn, v, ldv, dv,
+                           ai, oi, ldo)
+        else if (flags == FIRST_CHUNK)
+            MK_AVX2_FOR_MR(mr, pv_strip, FIRST_CHUNK, pi, ldp, jn, v, ldv, dv,
+                           ai, oi, ldo)
         else
-            MK_AVX2_FOR_MR(mr, pv_strip, MK_AVX2_INIT_LOAD, p + i0 * ldp,
-                           ldp, jn, v, ldv, dv, alpha + i0, o + i0 * ldo, ldo)
+            MK_AVX2_FOR_MR(mr, pv_strip, NEXT_CHUNK, pi, ldp, jn, v, ldv, dv,
+                           ai, oi, ldo)
     }
 }
 
@@ -140,7 +152,8 @@ void mk_avx2fma_pv_6x16(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     assert(m <= 1 || ldo >= dv);
     int64_t chunk = dv > 0 ? PV_COPY_FLOATS / dv : 0;
     if (m <= MK_AVX2_MR || n <= 1 || ldv == dv || chunk < 8) {
-        pv_rows(MK_AVX2_INIT_SCALED, p, ldp, m, n, v, ldv, dv, alpha, o, ldo);
+        pv_rows(MK_AVX2_INIT_SCALED | MK_AVX2_PREFETCH_B, p, ldp, m, n, v, ldv,
+                dv, alpha, o, ldo);
         return;
     }
     _Alignas(64) float vbuf[PV_COPY_FLOATS];
