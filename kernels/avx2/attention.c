@@ -37,18 +37,13 @@ qk_strip(const int mr, const float *q, ptrdiff_t ldq, const float *kp,
                              MK_AVX2_NR, NULL, NULL, s + j0, lds, n - j0);
 }
 
-/* Depth up to which qk copies a strided strip of Q to the stack (6 rows,
- * 12 KiB): rows a page apart share L1 sets and TLB entries, a packed strip
- * does not. Deeper queries are read in place. */
-#define QK_COPY_MAX_D 512
-
 /*
  * s[i][j] = sum_p q[i][p] * k[j][p], unscaled.
  * Tile 6 rows x 16 keys: 12 ymm accumulators, 2 for the packed key row,
  * 1 broadcast of q (tile_6x16.h). Strips of 6 query rows (the last one
  * 1..5 rows) sweep the key panels; the last panel may be partly padding.
- * A strip whose rows are not contiguous (ldq > d) is first copied to a
- * contiguous stack buffer when d <= QK_COPY_MAX_D (values unchanged).
+ * Query rows are read in place: a strip is only 6 rows, so rows a page
+ * apart cost no more than contiguous ones (measured).
  * Preconditions: kp packed by mk_avx2_pack_k for n keys of depth d;
  * ldq >= 0 (0 repeats one query row); lds >= n when m > 1.
  */
@@ -59,19 +54,10 @@ void mk_avx2fma_qk_6x16(const float *q, ptrdiff_t ldq, int64_t m,
     assert(m >= 0 && n >= 0 && d >= 0 && ldq >= 0);
     assert((m == 0 || n == 0) || (q && kp && s));
     assert(m <= 1 || lds >= n);
-    _Alignas(64) float strip[MK_AVX2_MR * QK_COPY_MAX_D];
-    const int copy = m > 1 && ldq > d && d <= QK_COPY_MAX_D;
     for (int64_t i0 = 0; i0 < m; i0 += MK_AVX2_MR) {
         int64_t mr = m - i0 < MK_AVX2_MR ? m - i0 : MK_AVX2_MR;
-        const float *a = q + i0 * ldq;
-        ptrdiff_t lda = ldq;
-        if (copy) {
-            for (int64_t r = 0; r < mr; r++)
-                memcpy(strip + r * d, a + r * ldq, (size_t)d * sizeof *a);
-            a = strip;
-            lda = d;
-        }
-        MK_AVX2_FOR_MR(mr, qk_strip, a, lda, kp, n, d, s + i0 * lds, lds)
+        MK_AVX2_FOR_MR(mr, qk_strip, q + i0 * ldq, ldq, kp, n, d,
+                       s + i0 * lds, lds)
     }
 }
 

@@ -53,15 +53,20 @@ void mk_avx2_pack_panels(const float *x, ptrdiff_t ldx, int64_t n,
     assert(n >= 0 && k >= 0 && ldx >= 0);
     for (int64_t j0 = 0; j0 < n; j0 += MK_AVX2_NR) {
         float *panel = packed + (j0 / MK_AVX2_NR) * MK_AVX2_NR * k;
+        const float *xj = x + j0 * ldx;
+        int64_t p0 = 0;
+        /* Full panels: both 8-row halves per depth block, so each 64-byte
+         * line of the panel is written whole, once. */
+        if (n - j0 >= MK_AVX2_NR)
+            for (; p0 + 8 <= k; p0 += 8) {
+                float *out = panel + p0 * MK_AVX2_NR;
+                transpose_8x8(xj + p0, ldx, out);
+                transpose_8x8(xj + 8 * ldx + p0, ldx, out + 8);
+            }
         for (int64_t h = 0; h < MK_AVX2_NR; h += 8) {
             int64_t rows = n - j0 - h;
             rows = rows < 0 ? 0 : rows > 8 ? 8 : rows;
-            const float *xh = x + (j0 + h) * ldx;
-            int64_t p0 = 0;
-            if (rows == 8)
-                for (; p0 + 8 <= k; p0 += 8)
-                    transpose_8x8(xh + p0, ldx, panel + p0 * MK_AVX2_NR + h);
-            transpose_edge(xh, ldx, rows, p0, k, panel + h);
+            transpose_edge(xj + h * ldx, ldx, rows, p0, k, panel + h);
         }
     }
 }
