@@ -31,18 +31,18 @@ enum {
     MK_AVX2_INIT_SCALED = 1,
     /* init = c[r][j] (a sum continued from an earlier call); with neither
      * INIT flag, init = 0. */
-    MK_AVX2_INIT_LOAD = 32,
+    MK_AVX2_INIT_LOAD = 2,
     /* B rows hold only nr valid columns (V's last columns): masked loads,
      * so nothing past the matrix is read. */
-    MK_AVX2_B_NARROW = 2,
+    MK_AVX2_B_NARROW = 4,
     /* C has only nr columns: masked loads and stores. */
-    MK_AVX2_C_NARROW = 4,
+    MK_AVX2_C_NARROW = 8,
     /* Add bias[j] after the sum. */
-    MK_AVX2_ADD_BIAS = 8,
+    MK_AVX2_ADD_BIAS = 16,
     /* Prefetch B rows MK_AVX2_PREFETCH_ROWS ahead: B rows that sit a page
      * or more apart (V in a [B, S, H, D] tensor) defeat the hardware
      * prefetchers, which stop at page boundaries. */
-    MK_AVX2_PREFETCH_B = 16,
+    MK_AVX2_PREFETCH_B = 32,
     /* Prefetch the C rows of the next tile to the right (the next column
      * block of a P·V strip), so its INIT load finds them in L1. */
     MK_AVX2_PREFETCH_C_NEXT = 64,
@@ -95,16 +95,12 @@ mk_avx2fma_tile_6x16(const int mr, const unsigned flags, int64_t k,
                                               c_narrow));                  \
         acc##r##1 = _mm256_mul_ps(sc, MK_LOAD(c + (r) * ldc + 8, mask1,    \
                                               c_narrow));                  \
-    }
-    MK_AVX2_ROWS(MK_INIT)
-#undef MK_INIT
-#define MK_INIT_LOAD(r)                                                    \
-    if (mr > (r) && (flags & MK_AVX2_INIT_LOAD)) {                         \
+    } else if (mr > (r) && (flags & MK_AVX2_INIT_LOAD)) {                  \
         acc##r##0 = MK_LOAD(c + (r) * ldc, mask0, c_narrow);               \
         acc##r##1 = MK_LOAD(c + (r) * ldc + 8, mask1, c_narrow);           \
     }
-    MK_AVX2_ROWS(MK_INIT_LOAD)
-#undef MK_INIT_LOAD
+    MK_AVX2_ROWS(MK_INIT)
+#undef MK_INIT
 
     const float *bp = b;
     /* Unrolled so the loop overhead and the address arithmetic of the
