@@ -33,8 +33,10 @@ static plan make_plan(const mk_table *t, const mha_problem *p)
     plan pl;
     pl.group = p->heads / p->kv_heads;
     pl.grouped = p->lq == 1 && pl.group > 1;
-    pl.rows = t->block_q;
     int64_t per = pl.grouped ? pl.group : p->lq;
+    /* Rows per block: block_q, or fewer when there are fewer (decode), so
+     * the split partials stay small. */
+    pl.rows = per < t->block_q ? per : t->block_q;
     pl.row_blocks = (per + pl.rows - 1) / pl.rows;
     pl.units = p->batch * (pl.grouped ? p->kv_heads : p->heads) *
                pl.row_blocks;
