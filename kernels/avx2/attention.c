@@ -120,13 +120,15 @@ static void pv_rows(unsigned flags, const float *p, ptrdiff_t ldp, int64_t m,
  * o[i][c] = alpha[i] * o[i][c] + sum_j p[i][j] * v[j][c].
  * Tile 6 rows x 16 output columns: 12 ymm accumulators start at alpha * o,
  * 2 hold a row of V, 1 a broadcast of p. Columns past the last multiple
- * of 16 use masked loads and stores. V rows that are contiguous (ldv == dv),
- * too wide, or read by a single strip (m <= 6: decode) are read in place,
- * prefetched a few rows ahead; other strided rows
+ * of 16 use masked loads and stores. V rows that are contiguous (ldv == dv)
+ * or too wide are read in place, prefetched a few rows ahead. Strided rows
  * (V inside a [B, S, H, D] tensor, a page or more apart) are copied to the
  * stack a chunk of keys at a time, every strip consuming the chunk while
- * it is in L1, the sums carried in o between chunks. Every element is
- * alpha * o then one FMA per key in key order on either path.
+ * it is in L1, the sums carried in o between chunks: in prefill the chunk
+ * is reused by every strip (+4-6% on the attention loop at d = 128), in
+ * decode (one strip) the row-by-row copy reads DRAM better than column
+ * blocks scattered over a page per key (+6%). Every element is alpha * o
+ * then one FMA per key in key order on either path.
  * Preconditions: ldp, ldv >= 0 (0 repeats one row); ldo >= dv when m > 1.
  */
 void mk_avx2fma_pv_6x16(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
@@ -137,7 +139,7 @@ void mk_avx2fma_pv_6x16(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     assert((m == 0 || dv == 0) || (alpha && o && (n == 0 || (p && v))));
     assert(m <= 1 || ldo >= dv);
     int64_t chunk = dv > 0 ? PV_COPY_FLOATS / dv : 0;
-    if (m <= MK_AVX2_MR || n <= 1 || ldv == dv || chunk < 8) {
+    if (n <= 1 || ldv == dv || chunk < 8) {
         pv_rows(MK_AVX2_INIT_SCALED | MK_AVX2_PREFETCH_B, p, ldp, m, n, v, ldv,
                 dv, alpha, o, ldo);
         return;
