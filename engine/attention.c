@@ -327,7 +327,7 @@ static void merge_chunks(const mk_table *t, const mha_problem *p,
         float mx = -INFINITY;
         for (int64_t c = 0; c < pl->chunks; c++) {
             float mc = parts[c * stride + pl->rows * dv + r];
-            mx = mc > mx ? mc : mx;
+            mx = mc > mx || mc != mc ? mc : mx; /* NaN sticks */
         }
         float *orow = acc + r * dv;
         float sum = 0.0f;

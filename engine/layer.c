@@ -168,14 +168,18 @@ mha_status mha_layer_forward(const mha_layer *layer, const float *query,
             return mha_fail(MHA_ERR_BAD_SHAPE, "%s (%lld) must be positive",
                             names[i], (long long)sizes[i]);
     int64_t e = layer->e, h = layer->heads;
-    int64_t nq, nk, nv, nkv, nout, total;
+    int64_t nq, nk, nv, nkv, nout, total, twice_out, bytes;
     if (!mha_mul_ok(batch, lq, &nq) || !mha_mul_ok(nq, e, &nout) ||
         !mha_mul_ok(batch, lk, &nkv) || !mha_mul_ok(nkv, layer->kdim, &nk) ||
         !mha_mul_ok(nkv, layer->vdim, &nv) ||
+        !mha_mul_ok(nk, (int64_t)sizeof(float), &bytes) ||
+        !mha_mul_ok(nv, (int64_t)sizeof(float), &bytes) ||
+        !mha_mul_ok(nout, (int64_t)sizeof(float), &bytes) ||
+        (uint64_t)bytes > UINTPTR_MAX - (uintptr_t)out ||
         !mha_mul_ok(nkv, e, &total) || !mha_mul_ok(total, 2, &total) ||
-        !mha_add_ok(total, 2 * nout, &total) ||
-        !mha_mul_ok(total, (int64_t)sizeof(float), &total) ||
-        (uint64_t)nout * sizeof(float) > UINTPTR_MAX - (uintptr_t)out)
+        !mha_mul_ok(nout, 2, &twice_out) ||
+        !mha_add_ok(total, twice_out, &total) ||
+        !mha_mul_ok(total, (int64_t)sizeof(float), &total))
         return mha_fail(MHA_ERR_OVERFLOW,
                         "layer sizes B=%lld Lq=%lld Lk=%lld E=%lld overflow",
                         (long long)batch, (long long)lq, (long long)lk,

@@ -61,6 +61,17 @@ static inline int64_t mk_visible_columns(const mk_mask *mask, int64_t i,
     return visible;
 }
 
+/* Whether a scaled, masked score row holds a NaN. A row whose maximum is
+ * -inf is fully masked only if it has none: max() skips NaNs, and a NaN
+ * that reaches every visible score must come out as NaN, not zeros. */
+static inline int mk_row_has_nan(const float *row, int64_t n)
+{
+    int nan = 0;
+    for (int64_t j = 0; j < n; j++)
+        nan |= row[j] != row[j];
+    return nan;
+}
+
 typedef struct mk_table {
     const char *name; /* "generic", "avx2", "neon" */
 

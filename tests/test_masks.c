@@ -267,6 +267,68 @@ START_TEST(causal_alignment_edges)
 }
 END_TEST
 
+/* NaN policy (found by the fuzzer): a NaN in q reaches every score of its
+ * row, so the row's output is NaN — not the zeros of a fully masked row,
+ * which a max() that skips NaN would suggest. Rows without NaN stay finite,
+ * and a fully masked row stays exactly zero next to it. */
+START_TEST(nan_in_every_score_propagates)
+{
+    /* q: row 0 NaN, row 1 finite, row 2 finite but fully masked. */
+    float q[6] = {NAN, 1.0f, 0.5f, -0.25f, 0.3f, 0.2f};
+    float k[4] = {1, 2, 3, 4}, v[2] = {5, 6}, out[3];
+    uint8_t keep[6] = {1, 1, 1, 1, 0, 0};
+    mha_mask mask = {.keep = keep, .keep_stride_query = 2};
+    mha_isa isas[4];
+    int n = available_isas(isas);
+    for (int i = 0; i < n; i++) {
+        mha_engine *e = make_engine(isas[i], 1);
+        mha_attention_args a = {
+            .q = mha_tensor_bshd(q, 1, 3, 1, 2),
+            .k = mha_tensor_bshd(k, 1, 2, 1, 2),
+            .v = mha_tensor_bshd(v, 1, 2, 1, 1),
+            .out = mha_tensor_bshd(out, 1, 3, 1, 1),
+            .mask = &mask,
+        };
+        ck_assert_int_eq(mha_attention(e, &a), MHA_OK);
+        ck_assert_msg(isnan(out[0]), "%s: NaN row gave %g",
+                      mha_isa_name(isas[i]), (double)out[0]);
+        ck_assert_msg(out[1] > 5.0f && out[1] < 6.0f, "%s: finite row %g",
+                      mha_isa_name(isas[i]), (double)out[1]);
+        ck_assert_msg(out[2] == 0.0f, "%s: masked row %g",
+                      mha_isa_name(isas[i]), (double)out[2]);
+        mha_engine_destroy(e);
+    }
+}
+END_TEST
+
+/* Huge scaled scores (scale 3e19): the row maximum must cancel exactly, so
+ * the single dominant key gets probability 1, never exp(+-huge) = inf/NaN. */
+START_TEST(huge_scores_stay_finite)
+{
+    mha_isa isas[4];
+    int n = available_isas(isas);
+    for (int i = 0; i < n; i++) {
+        mha_engine *e = make_engine(isas[i], 1);
+        for (int t = 1; t <= 20; t++) {
+            float q[1] = {0.1f * (float)t + 0.013f}, k[2] = {0.7f, -0.3f};
+            float v[2] = {1, 2}, out[1];
+            mha_attention_args a = {
+                .q = mha_tensor_bshd(q, 1, 1, 1, 1),
+                .k = mha_tensor_bshd(k, 1, 2, 1, 1),
+                .v = mha_tensor_bshd(v, 1, 2, 1, 1),
+                .out = mha_tensor_bshd(out, 1, 1, 1, 1),
+                .scale = 3.0e19f,
+            };
+            ck_assert_int_eq(mha_attention(e, &a), MHA_OK);
+            ck_assert_msg(out[0] == 1.0f, "%s: q=%g gave %g, want v[0] = 1",
+                          mha_isa_name(isas[i]), (double)q[0],
+                          (double)out[0]);
+        }
+        mha_engine_destroy(e);
+    }
+}
+END_TEST
+
 Suite *suite_masks(void)
 {
     Suite *s = suite_create("masks");
@@ -274,6 +336,8 @@ Suite *suite_masks(void)
     tcase_add_loop_test(tc, mask_combination, 0, N_COMBOS);
     tcase_add_test(tc, every_row_masked_gives_zeros);
     tcase_add_test(tc, causal_alignment_edges);
+    tcase_add_test(tc, nan_in_every_score_propagates);
+    tcase_add_test(tc, huge_scores_stay_finite);
     suite_add_tcase(s, tc);
     return s;
 }

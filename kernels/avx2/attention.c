@@ -253,12 +253,13 @@ static void exp_row(float *s, int64_t visible, int64_t n, __m256 a, __m256 b)
 {
     int64_t j = 0;
     for (; j + 8 <= visible; j += 8)
-        _mm256_storeu_ps(s + j, Sleef_expf8_u10avx2(_mm256_fmsub_ps(
-                                    a, _mm256_loadu_ps(s + j), b)));
+        _mm256_storeu_ps(s + j, Sleef_expf8_u10avx2(_mm256_sub_ps(
+                                    _mm256_mul_ps(a, _mm256_loadu_ps(s + j)),
+                                    b)));
     if (j < visible) {
         __m256i lanes = mk_avx2_lanes_below(visible - j, 0);
-        __m256 e = Sleef_expf8_u10avx2(
-            _mm256_fmsub_ps(a, _mm256_maskload_ps(s + j, lanes), b));
+        __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(
+            _mm256_mul_ps(a, _mm256_maskload_ps(s + j, lanes)), b));
         _mm256_maskstore_ps(s + j, lanes, e);
     }
     if (visible < n)
@@ -330,9 +331,12 @@ void mk_avx2fma_softmax_update_8(float *s, ptrdiff_t lds, int64_t m,
             }
             float mnew = bmax > row_max[i] ? bmax : row_max[i];
             if (mnew == -INFINITY) {
-                memset(row, 0, (size_t)n * sizeof *row);
-                empty[r] = 1;
-                continue;
+                if (!mk_row_has_nan(row, visible)) {
+                    memset(row, 0, (size_t)n * sizeof *row);
+                    empty[r] = 1;
+                    continue;
+                }
+                mnew = NAN; /* every visible score is NaN: propagate it */
             }
             exp_row(row, visible, n, _mm256_set1_ps(unscaled ? scale : 1.0f),
                     _mm256_set1_ps(mnew));

@@ -93,10 +93,13 @@ static void generic_softmax_update(float *s, ptrdiff_t lds, int64_t m,
         float bmax = scale_mask_row(row, i, n, scale, mask);
         float mnew = bmax > row_max[i] ? bmax : row_max[i];
         if (mnew == -INFINITY) {
-            for (int64_t j = 0; j < n; j++)
-                row[j] = 0.0f;
-            alpha[i] = 1.0f;
-            continue;
+            if (!mk_row_has_nan(row, n)) {
+                for (int64_t j = 0; j < n; j++)
+                    row[j] = 0.0f;
+                alpha[i] = 1.0f;
+                continue;
+            }
+            mnew = NAN; /* every visible score is NaN: propagate it */
         }
         float sum = 0.0f;
         for (int64_t j = 0; j < n; j++) {

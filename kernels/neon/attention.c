@@ -128,9 +128,12 @@ static void mk_neon_softmax_update(float *s, ptrdiff_t lds, int64_t m,
         float bmax = scale_mask_row(row, bias, keep, visible, scale);
         float mnew = bmax > row_max[i] ? bmax : row_max[i];
         if (mnew == -INFINITY) {
-            memset(row, 0, (size_t)n * sizeof *row);
-            alpha[i] = 1.0f;
-            continue;
+            if (!mk_row_has_nan(row, visible)) {
+                memset(row, 0, (size_t)n * sizeof *row);
+                alpha[i] = 1.0f;
+                continue;
+            }
+            mnew = NAN; /* every visible score is NaN: propagate it */
         }
         float sum = exp_row(row, visible, mnew);
         memset(row + visible, 0, (size_t)(n - visible) * sizeof *row);
