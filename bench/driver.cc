@@ -2,6 +2,9 @@
 // count) and calls only the C shim. Counters: GFLOPS (attention FLOPs
 // 4*B*H*Lq*Lk*d, dense-equivalent under a causal mask, plus the projections
 // for the layer) and, for decode, GBPS (K and V bytes read per second).
+// References measured in the same run: fma_peak/<isa> (GFLOPS of multiply-add
+// chains) and membw/read (GBPS of a summing loop over 1 GiB, more than the
+// last-level cache: the read bandwidth decode is held to).
 //
 // Own flags (the rest are Google Benchmark's):
 //   --threads=1,2,4    thread counts (default 1, 2, 4, ... and the core count)
@@ -135,6 +138,28 @@ void RunPeak(benchmark::State &state, mha_isa isa, int threads)
     const double seconds = SecondsPerIteration(state, t0);
     if (seconds > 0.0 && flops > 0.0)
         state.counters["GFLOPS"] = flops / seconds * 1e-9;
+}
+
+// One pass over the bandwidth buffer per iteration (about 0.1 s on one core).
+void RunMembw(benchmark::State &state, int threads)
+{
+    // The allocation and first touch (about 0.5 s) stay out of the timing.
+    if (bench_membw_prepare(threads) != 0) {
+        state.SkipWithError(bench_error());
+        return;
+    }
+    double bytes = 0.0;
+    const auto t0 = Clock::now();
+    for (auto _ : state) {
+        bytes = bench_membw_run(threads);
+        if (bytes < 0.0) {
+            state.SkipWithError(bench_error());
+            break;
+        }
+    }
+    const double seconds = SecondsPerIteration(state, t0);
+    if (seconds > 0.0 && bytes > 0.0)
+        state.counters["GBPS"] = bytes / seconds * 1e-9;
 }
 
 std::vector<int> DefaultThreads()
@@ -283,6 +308,12 @@ void RegisterAll(const std::vector<mha_isa> &isas,
                 ->Unit(benchmark::kMillisecond);
         }
     }
+    for (int t : threads) {
+        const std::string name = "membw/read/threads:" + std::to_string(t);
+        benchmark::RegisterBenchmark(name.c_str(), [t](benchmark::State &st) {
+            RunMembw(st, t);
+        })->Unit(benchmark::kMillisecond);
+    }
     for (const Shape &s : kShapes) {
         for (mha_isa isa : isas)
             RegisterShape(s, isa, mha_isa_name(isa), threads);
@@ -356,6 +387,8 @@ int main(int argc, char **argv)
     benchmark::AddCustomContext(
         "flops", "4*B*H*Lq*Lk*d (causal: dense-equivalent); layer adds "
                  "4*B*E*E*(Lq+Lk)");
+    benchmark::AddCustomContext(
+        "membw", "bytes read per second by a summing loop over 1 GiB");
     benchmark::AddCustomContext("case_order", CaseOrder());
     RegisterAll(isas, threads);
     benchmark::RunSpecifiedBenchmarks();

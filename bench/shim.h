@@ -68,6 +68,16 @@ int bench_have_blas(void);
  * avx2: 256-bit FMA; neon: 128-bit FMA. */
 double bench_fma_peak_run(mha_isa isa, int threads, int64_t iterations);
 
+/* Allocates and first-touches (on `threads` threads) the 1 GiB buffer of
+ * bench_membw_run, once: later calls return 0 at once. -1 when it cannot be
+ * allocated, the reason in bench_error(). */
+int bench_membw_prepare(int threads);
+/* One pass of a summing loop over that buffer (larger than the last-level
+ * cache), split statically across `threads` OpenMP threads: the machine's
+ * read bandwidth. Prepares the buffer first if needed. Returns the bytes
+ * read, or -1 when the buffer cannot be allocated. */
+double bench_membw_run(int threads);
+
 /* Checks the BLAS baseline against mha_attention on small shapes (GQA,
  * causal, decode, both layouts): 0 when they agree, else the first
  * disagreement is in bench_error(). Trivially 0 without BLAS. */

@@ -4,7 +4,8 @@
 One table per case (kind and shape): per ISA and thread count the median
 over repetitions of GFLOP/s (GB/s for decode), the spread of the
 repetitions, the speedup over one thread, the parallel efficiency, the share
-of the FMA peak measured in the same run, and the ratio to the OpenBLAS
+of the FMA peak measured in the same run (for decode also the share of the
+read bandwidth measured in the same run), and the ratio to the OpenBLAS
 baseline of the same shape and thread count.
 
 Usage: bench_report.py RESULTS.json [--markdown FILE] [--png FILE]
@@ -20,6 +21,8 @@ import sys
 KIND_ORDER = ["attention", "causal", "decode", "layer", "blas_baseline"]
 ISA_ORDER = ["generic", "avx2", "neon", "openblas"]
 BASELINE_ISA = "openblas"
+# Measured in the same run as the cases, against which they are read.
+REFERENCE_KINDS = ["fma_peak", "membw"]
 
 
 def isa_rank(isa):
@@ -28,13 +31,14 @@ def isa_rank(isa):
 
 def parse_name(run_name):
     """'attention/B1_.../avx2/threads:2' -> (kind, shape, isa, threads);
-    'fma_peak/avx2/threads:2' -> ('fma_peak', '', 'avx2', 2)."""
+    'fma_peak/avx2/threads:2' -> ('fma_peak', '', 'avx2', 2);
+    'membw/read/threads:2' -> ('membw', '', 'read', 2)."""
     parts = run_name.split("/")
     if not parts[-1].startswith("threads:"):
         return None
     threads = int(parts[-1][len("threads:"):])
-    if parts[0] == "fma_peak" and len(parts) == 3:
-        return ("fma_peak", "", parts[1], threads)
+    if parts[0] in REFERENCE_KINDS and len(parts) == 3:
+        return (parts[0], "", parts[1], threads)
     if len(parts) == 4:
         return (parts[0], parts[1], parts[2], threads)
     return None
@@ -56,19 +60,19 @@ def load(path):
             errors.append(f"{name}: {b.get('error_message', 'error')}")
             continue
         key = parse_name(name)
-        if key is None or "GFLOPS" not in b:
+        if key is None or ("GFLOPS" not in b and "GBPS" not in b):
             continue
         entry = samples.setdefault(key, {"GFLOPS": [], "GBPS": []})
-        entry["GFLOPS"].append(b["GFLOPS"])
-        if "GBPS" in b:
-            entry["GBPS"].append(b["GBPS"])
+        for metric in ("GFLOPS", "GBPS"):
+            if metric in b:
+                entry[metric].append(b[metric])
     results = {}  # in the order of the run, which is the driver's order
     for key, s in samples.items():
         metric = "GBPS" if s["GBPS"] else "GFLOPS"
         values = s[metric]
         med = statistics.median(values)
         results[key] = {
-            "GFLOPS": statistics.median(s["GFLOPS"]),
+            "GFLOPS": statistics.median(s["GFLOPS"]) if s["GFLOPS"] else None,
             "GBPS": statistics.median(s["GBPS"]) if s["GBPS"] else None,
             "metric": metric,
             "value": med,
@@ -105,7 +109,9 @@ def case_table(results, kind, shape):
     decode = any(results[k]["GBPS"] is not None for k in keys)
     headers = ["ISA", "threads"]
     headers += ["GB/s", "GFLOP/s"] if decode else ["GFLOP/s"]
-    headers += ["spread", "speedup", "efficiency", "% of peak", "× blas"]
+    headers += ["spread", "speedup", "efficiency", "% of peak"]
+    headers += ["% of bandwidth"] if decode else []
+    headers += ["× blas"]
     rows = []
     for key in keys:
         _, _, isa, threads = key
@@ -128,24 +134,33 @@ def case_table(results, kind, shape):
             else [fmt(r["GFLOPS"], "{:.1f}")]
         row += [fmt(100.0 * r["spread"], "{:.0f}%"), fmt(speedup, "{:.2f}"),
                 fmt(speedup / threads if speedup else None, "{:.0%}"),
-                fmt(pct, "{:.0f}%"), fmt(ratio, "{:.2f}")]
+                fmt(pct, "{:.0f}%")]
+        if decode:
+            bw = results.get(("membw", "", "read", threads))
+            row += [fmt(100.0 * r["GBPS"] / bw["GBPS"]
+                        if bw and bw["GBPS"] and r["GBPS"] is not None
+                        else None, "{:.0f}%")]
+        row += [fmt(ratio, "{:.2f}")]
         rows.append(row)
     return table(headers, rows)
 
 
-def peak_table(results):
-    keys = sorted((k for k in results if k[0] == "fma_peak"),
+def reference_table(results, kind, first, unit):
+    """fma_peak (first column the ISA, GFLOP/s) or membw (the loop, GB/s)
+    per thread count, with its scaling."""
+    keys = sorted((k for k in results if k[0] == kind),
                   key=lambda k: (isa_rank(k[2]), k[3]))
     rows = []
     for key in keys:
         r = results[key]
-        one = results.get(("fma_peak", "", key[2], 1))
-        speedup = r["GFLOPS"] / one["GFLOPS"] if one else None
-        rows.append([key[2], str(key[3]), f"{r['GFLOPS']:.1f}",
+        one = results.get((kind, "", key[2], 1))
+        speedup = r["value"] / one["value"] if one and one["value"] > 0 \
+            else None
+        rows.append([key[2], str(key[3]), f"{r['value']:.1f}",
                      fmt(100.0 * r["spread"], "{:.0f}%"),
                      fmt(speedup, "{:.2f}"),
                      fmt(speedup / key[3] if speedup else None, "{:.0%}")])
-    return table(["ISA", "threads", "GFLOP/s", "spread", "speedup",
+    return table([first, "threads", unit, "spread", "speedup",
                   "efficiency"], rows)
 
 
@@ -155,7 +170,7 @@ def cases(context, results):
     order = [tuple(c.split("/", 1)) for c in
              context.get("case_order", "").split(",") if "/" in c]
     for k in results:
-        if k[0] != "fma_peak" and (k[0], k[1]) not in order:
+        if k[0] not in REFERENCE_KINDS and (k[0], k[1]) not in order:
             order.append((k[0], k[1]))
     return [c for c in order if any(k[:2] == c for k in results)]
 
@@ -195,13 +210,19 @@ def report(context, results, command, load_end=None):
         "layer adds its projections). % of peak is against the FMA "
         "microkernel of the same ISA and thread count, measured in the same "
         "run (OpenBLAS rows: the widest ISA's). × blas = this row over the "
-        "OpenBLAS baseline of the same shape and thread count.",
+        "OpenBLAS baseline of the same shape and thread count. % of "
+        "bandwidth (decode) = GB/s of K and V over the membw read bandwidth "
+        "at the same thread count, measured in the same run.",
     ] + busy_warning(context, load_end) + [
         "",
         "#### fma_peak",
         "",
-        peak_table(results),
+        reference_table(results, "fma_peak", "ISA", "GFLOP/s"),
     ]
+    if any(k[0] == "membw" for k in results):
+        out += ["", "#### membw — GB/s read by a summing loop over "
+                "1 GiB (more than the last-level cache)", "",
+                reference_table(results, "membw", "loop", "GB/s")]
     for kind, shape in cases(context, results):
         label = " (dense-equivalent)" if kind == "causal" else ""
         unit = " — GB/s of K and V read" if kind == "decode" else ""
