@@ -54,10 +54,18 @@ static plan make_plan(const mk_table *t, const mha_problem *p)
     return pl;
 }
 
+/* The packed keys of the head a thread last worked on: query blocks of one
+ * head reuse them instead of packing every key block again. */
+typedef struct {
+    const char *head; /* the head's first key row, or NULL */
+    int64_t upto;     /* keys [0, upto) of it are packed */
+} key_cache;
+
 /* Per-thread scratch, carved from one allocation made per call. */
 typedef struct {
     float *s;     /* block_q x block_k scores, then probabilities */
-    float *kp;    /* the packed key block */
+    float *kp;    /* the packed key block, or a whole head's with cache */
+    key_cache *cache; /* NULL: pack every key block where it is used */
     float *o;     /* block_q x dv accumulator */
     float *m, *l; /* running max and sum per row */
     float *alpha; /* per-row rescale of the accumulator */
@@ -71,11 +79,21 @@ enum { NPARTS = 9 };
 static int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 
 /* Floats of each per-thread part, in order; 0 on overflow. */
+
+/* Whether a thread keeps a whole head's packed keys: when several query
+ * blocks read the same keys (memory stays O(Lk d) per thread). */
+static int caches_keys(const mk_table *t, const mha_problem *p)
+{
+    plan pl = make_plan(t, p);
+    return pl.chunks == 1 && pl.row_blocks > 1;
+}
+
 static int scratch_parts(const mk_table *t, const mha_problem *p,
                          int64_t parts[NPARTS])
 {
     int64_t bq = t->block_q, bk = t->block_k;
-    size_t kp = t->packed_k_floats(bk, p->d);
+    int64_t keys = caches_keys(t, p) ? (p->lk + bk - 1) / bk * bk : bk;
+    size_t kp = t->packed_k_floats(keys, p->d);
     if (!mha_mul_ok(bq, bk, &parts[0]) || kp > (size_t)INT64_MAX / 2 ||
         !mha_mul_ok(bq, p->dv, &parts[2]))
         return 0;
@@ -138,6 +156,7 @@ static scratch thread_scratch(const mk_table *t, const mha_problem *p,
     float **slot[NPARTS];
     scratch s;
     slot[0] = &s.s, slot[1] = &s.kp, slot[2] = &s.o, slot[3] = &s.m;
+    s.cache = NULL;
     slot[4] = &s.l, slot[5] = &s.alpha, slot[6] = &s.l2;
     slot[7] = &s.kw, slot[8] = &s.vw;
     for (int i = 0; i < NPARTS; i++) {
@@ -270,11 +289,30 @@ static void score_block(const mk_table *t, const mha_problem *p,
                         const row_block *rb, const scratch *sc, float *m,
                         int64_t k0, int64_t nk, float *row_sum)
 {
-    ptrdiff_t ldk;
-    const float *k =
-        f32_rows(t, rb->k, p->k_dtype, p->k_ss, k0, nk, p->d, sc->kw, &ldk);
-    t->pack_k(k, ldk, nk, p->d, sc->kp);
-    t->qk(rb->q, rb->ldq, rb->rows, sc->kp, nk, p->d, sc->s, t->block_k);
+    float *kp = sc->kp;
+    int pack = 1;
+    if (sc->cache) {
+        /* Blocks start at multiples of block_k, a multiple of the packing
+         * panel, so block k0 sits at packed_k_floats(k0, d) in the head's
+         * pack. Blocks come in key order from 0, so the packed prefix only
+         * grows (a partly packed last block is packed again whole). */
+        key_cache *c = sc->cache;
+        if (c->head != rb->k) {
+            c->head = rb->k;
+            c->upto = 0;
+        }
+        kp += t->packed_k_floats(k0, p->d);
+        pack = k0 + nk > c->upto;
+        if (pack)
+            c->upto = k0 + nk;
+    }
+    if (pack) {
+        ptrdiff_t ldk;
+        const float *k = f32_rows(t, rb->k, p->k_dtype, p->k_ss, k0, nk,
+                                  p->d, sc->kw, &ldk);
+        t->pack_k(k, ldk, nk, p->d, kp);
+    }
+    t->qk(rb->q, rb->ldq, rb->rows, kp, nk, p->d, sc->s, t->block_k);
     mk_mask mk = block_mask(rb, k0, nk);
     t->softmax_update(sc->s, t->block_k, rb->rows, nk, p->scale, &mk, m,
                       row_sum, sc->alpha);
@@ -359,6 +397,8 @@ void mha_attention_run(const mk_table *t, const mha_problem *p,
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1 && items > 1)
     {
         scratch sc = thread_scratch(t, p, thread_mem, omp_get_thread_num());
+        key_cache cache = {NULL, 0};
+        sc.cache = caches_keys(t, p) ? &cache : NULL;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < items; it++) {
             row_block rb = make_block(p, &pl, it / pl.chunks);

@@ -18,7 +18,7 @@ enum { PQ, PK, PV, PO };
 
 /* Rows of the projections per work item: fixed, so the split (and the
  * result) never depends on the thread count. */
-#define LINEAR_ROWS 64
+#define LINEAR_ROWS 96
 
 void mha_layer_destroy(mha_layer *layer)
 {

@@ -79,7 +79,10 @@ typedef struct mk_table {
     int64_t block_q;
     int64_t block_k;
 
-    /* Floats of scratch pack_k needs for n keys of depth d. */
+    /* Floats of scratch pack_k needs for n keys of depth d. block_k is a
+     * multiple of the packing panel, so for k0 a multiple of block_k,
+     * packed_k_floats(k0, d) is where key k0's block starts in a pack of
+     * more keys (the engine packs a head once and reuses it). */
     size_t (*packed_k_floats)(int64_t n, int64_t d);
     /* Pack n keys (rows of k, stride ldk, depth d) into kp, the layout qk
      * reads. */
