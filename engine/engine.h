@@ -63,6 +63,23 @@ mha_status mha_validate_mask(const mha_mask *mask, int64_t batch,
                              mha_mask *copy);
 /* Bytes of one element of dtype; 0 for an unknown dtype. */
 size_t mha_dtype_size(mha_dtype dtype);
+/* A byte range [lo, hi) a buffer may touch. */
+typedef struct {
+    uintptr_t lo, hi;
+} mha_span;
+
+static inline int mha_spans_overlap(mha_span a, mha_span b)
+{
+    return a.lo < b.hi && b.lo < a.hi;
+}
+
+/* The weights output: bytes at weights (already overflow-checked) must fit
+ * the address space and miss the n inputs (named) and out. Sets *span. */
+mha_status mha_check_weights(const float *weights, int64_t bytes,
+                             mha_span out, const mha_span *inputs,
+                             const char *const *names, int n,
+                             mha_span *span);
+
 /* MHA_ERR_BAD_MASK if an array of a validated mask shares a byte with
  * [output, output + bytes), the buffer called name. */
 mha_status mha_check_mask_disjoint(const mha_mask *mask, int64_t batch,

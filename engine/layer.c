@@ -139,15 +139,12 @@ static void project(const mk_table *t, const float *a, int64_t rows,
     }
 }
 
-typedef struct { uintptr_t lo, hi; } range;
-
-static range bytes_of(const void *p, int64_t n)
+/* The bytes of n floats at p (counts overflow-checked by the caller). */
+static mha_span bytes_of(const void *p, int64_t n)
 {
-    range r = {(uintptr_t)p, (uintptr_t)p + (uintptr_t)n * sizeof(float)};
+    mha_span r = {(uintptr_t)p, (uintptr_t)p + (uintptr_t)n * sizeof(float)};
     return r;
 }
-
-static int overlap(range a, range b) { return a.lo < b.hi && b.lo < a.hi; }
 
 mha_status mha_layer_forward(const mha_layer *layer, const float *query,
                              const float *key, const float *value,
@@ -184,12 +181,12 @@ mha_status mha_layer_forward(const mha_layer *layer, const float *query,
                         "layer sizes B=%lld Lq=%lld Lk=%lld E=%lld overflow",
                         (long long)batch, (long long)lq, (long long)lk,
                         (long long)e);
-    range ro = bytes_of(out, nout);
-    const range inputs[3] = {bytes_of(query, nq * e), bytes_of(key, nk),
+    mha_span ro = bytes_of(out, nout);
+    const mha_span inputs[3] = {bytes_of(query, nq * e), bytes_of(key, nk),
                              bytes_of(value, nv)};
-    const char *in_names[3] = {"query", "key", "value"};
+    const char *const in_names[3] = {"query", "key", "value"};
     for (int i = 0; i < 3; i++)
-        if (overlap(ro, inputs[i]))
+        if (mha_spans_overlap(ro, inputs[i]))
             return mha_fail(MHA_ERR_BAD_STRIDE, "out overlaps %s",
                             in_names[i]);
 
@@ -205,14 +202,10 @@ mha_status mha_layer_forward(const mha_layer *layer, const float *query,
         if (!mha_mul_ok(batch, h, &wn) || !mha_mul_ok(wn, lq, &wn) || !mha_mul_ok(wn, lk, &wn) ||
             !mha_mul_ok(wn, (int64_t)sizeof(float), &wn))
             return mha_fail(MHA_ERR_OVERFLOW, "weights size overflows");
-        range rw = bytes_of(weights, wn / (int64_t)sizeof(float));
-        if (overlap(rw, ro))
-            return mha_fail(MHA_ERR_BAD_STRIDE, "weights overlap out");
-        for (int i = 0; i < 3; i++)
-            if (overlap(rw, inputs[i]))
-                return mha_fail(MHA_ERR_BAD_STRIDE, "weights overlap %s",
-                                in_names[i]);
-        if ((st = mha_check_mask_disjoint(&p.mask, batch, h, lq, lk, weights,
+        mha_span rw;
+        if ((st = mha_check_weights(weights, wn, ro, inputs, in_names, 3,
+                                    &rw)) != MHA_OK ||
+            (st = mha_check_mask_disjoint(&p.mask, batch, h, lq, lk, weights,
                                           rw.hi - rw.lo, "weights")) !=
             MHA_OK)
             return st;

@@ -16,15 +16,12 @@ int mha_add_ok(int64_t a, int64_t b, int64_t *r)
     return !__builtin_add_overflow(a, b, r);
 }
 
-/* A byte range [lo, hi) a tensor may touch. */
-typedef struct { uintptr_t lo, hi; } span;
-
-static int spans_overlap(span a, span b) { return a.lo < b.hi && b.lo < a.hi; }
 
 /* 1 + sum (size_i - 1) * stride_i elements, as bytes from base; 0 on
  * overflow of int64 or of the address space. */
 static int extent_span(const void *base, const int64_t *sizes,
-                       const int64_t *strides, int n, size_t elem, span *out)
+                       const int64_t *strides, int n, size_t elem,
+                       mha_span *out)
 {
     int64_t last = 0, term;
     for (int i = 0; i < n; i++) {
@@ -56,7 +53,7 @@ size_t mha_dtype_size(mha_dtype dtype)
 
 /* half_ok: the tensor may hold MHA_F16 or MHA_BF16 (k and v). */
 static mha_status check_tensor(const mha_tensor *t, const char *name,
-                               int half_ok, span *range)
+                               int half_ok, mha_span *range)
 {
     if (!t->data)
         return mha_fail(MHA_ERR_NULL_POINTER, "%s.data is NULL", name);
@@ -113,7 +110,7 @@ static int non_self_overlapping(const mha_tensor *t)
 static mha_status check_mask_array(const void *data, const char *name,
                                    const int64_t strides[3], int64_t batch,
                                    int64_t heads, int64_t lq, int64_t lk,
-                                   size_t elem, span *range)
+                                   size_t elem, mha_span *range)
 {
     const char *axes[3] = {"batch", "head", "query"};
     for (int i = 0; i < 3; i++)
@@ -142,7 +139,7 @@ mha_status mha_validate_mask(const mha_mask *mask, int64_t batch,
         return mha_fail(MHA_ERR_BAD_MASK,
                         "mask.causal (%d) is not an mha_causal value",
                         (int)mask->causal);
-    span r;
+    mha_span r;
     if (mask->keep) {
         const int64_t s[3] = {mask->keep_stride_batch, mask->keep_stride_head,
                               mask->keep_stride_query};
@@ -174,7 +171,7 @@ mha_status mha_validate_mask(const mha_mask *mask, int64_t batch,
 
 /* The byte ranges of the mask arrays, for overlap checks with outputs. */
 static int mask_spans(const mha_mask *m, int64_t batch, int64_t heads,
-                      int64_t lq, int64_t lk, span out[3])
+                      int64_t lq, int64_t lk, mha_span out[3])
 {
     int n = 0;
     const int64_t sizes[4] = {batch, heads, lq, lk};
@@ -201,12 +198,31 @@ mha_status mha_check_mask_disjoint(const mha_mask *mask, int64_t batch,
                                    const void *output, size_t bytes,
                                    const char *name)
 {
-    span rm[3], ro = {(uintptr_t)output, (uintptr_t)output + bytes};
+    mha_span rm[3], ro = {(uintptr_t)output, (uintptr_t)output + bytes};
     int nm = mask_spans(mask, batch, heads, lq, lk, rm);
     for (int i = 0; i < nm; i++)
-        if (spans_overlap(rm[i], ro))
+        if (mha_spans_overlap(rm[i], ro))
             return mha_fail(MHA_ERR_BAD_MASK, "a mask array overlaps %s",
                             name);
+    return MHA_OK;
+}
+
+mha_status mha_check_weights(const float *weights, int64_t bytes,
+                             mha_span out, const mha_span *inputs,
+                             const char *const *names, int n,
+                             mha_span *span)
+{
+    span->lo = (uintptr_t)weights;
+    if ((uint64_t)bytes > UINTPTR_MAX - span->lo)
+        return mha_fail(MHA_ERR_OVERFLOW,
+                        "weights extend past the address space");
+    span->hi = span->lo + (uintptr_t)bytes;
+    for (int i = 0; i < n; i++)
+        if (mha_spans_overlap(*span, inputs[i]))
+            return mha_fail(MHA_ERR_BAD_STRIDE, "weights overlap %s",
+                            names[i]);
+    if (mha_spans_overlap(*span, out))
+        return mha_fail(MHA_ERR_BAD_STRIDE, "weights overlap out");
     return MHA_OK;
 }
 
@@ -217,7 +233,7 @@ mha_status mha_validate_attention(const mha_attention_args *args,
         return mha_fail(MHA_ERR_NULL_POINTER, "args is NULL");
     const mha_tensor *q = &args->q, *k = &args->k, *v = &args->v,
                      *o = &args->out;
-    span rq, rk, rv, ro, rw = {0, 0};
+    mha_span rq, rk, rv, ro, rw = {0, 0};
     mha_status st;
     if ((st = check_tensor(q, "q", 0, &rq)) != MHA_OK ||
         (st = check_tensor(k, "k", 1, &rk)) != MHA_OK ||
@@ -251,10 +267,10 @@ mha_status mha_validate_attention(const mha_attention_args *args,
                         "elements share memory",
                         (long long)o->stride_batch, (long long)o->stride_seq,
                         (long long)o->stride_head);
-    const span inputs[3] = {rq, rk, rv};
-    const char *names[3] = {"q", "k", "v"};
+    const mha_span inputs[3] = {rq, rk, rv};
+    const char *const names[3] = {"q", "k", "v"};
     for (int i = 0; i < 3; i++)
-        if (spans_overlap(ro, inputs[i]))
+        if (mha_spans_overlap(ro, inputs[i]))
             return mha_fail(MHA_ERR_BAD_STRIDE, "out overlaps %s", names[i]);
 
     float scale = args->scale;
@@ -271,19 +287,10 @@ mha_status mha_validate_attention(const mha_attention_args *args,
                         "B*H*Lq*Lk*4 (%lld*%lld*%lld*%lld*4) overflows",
                         (long long)B, (long long)H, (long long)Lq,
                         (long long)Lk);
-    if (args->weights) {
-        rw.lo = (uintptr_t)args->weights;
-        if ((uint64_t)weights_bytes > UINTPTR_MAX - rw.lo)
-            return mha_fail(MHA_ERR_OVERFLOW,
-                            "weights extend past the address space");
-        rw.hi = rw.lo + (uintptr_t)weights_bytes;
-        for (int i = 0; i < 3; i++)
-            if (spans_overlap(rw, inputs[i]))
-                return mha_fail(MHA_ERR_BAD_STRIDE, "weights overlap %s",
-                                names[i]);
-        if (spans_overlap(rw, ro))
-            return mha_fail(MHA_ERR_BAD_STRIDE, "weights overlap out");
-    }
+    if (args->weights &&
+        (st = mha_check_weights(args->weights, weights_bytes, ro, inputs,
+                                names, 3, &rw)) != MHA_OK)
+        return st;
 
     if ((st = mha_validate_mask(args->mask, B, H, Lq, Lk, &p->mask)) !=
         MHA_OK)
