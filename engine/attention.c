@@ -15,11 +15,16 @@
 
 /* Split the keys until there are this many items (a fixed number, not the
  * thread count), with chunks of at least SPLIT_MIN_KEYS keys. */
+_Static_assert(MK_F32 == (int)MHA_F32 && MK_F16 == (int)MHA_F16 &&
+                   MK_BF16 == (int)MHA_BF16,
+               "mk_dtype mirrors mha_dtype");
+
 #define SPLIT_TARGET_ITEMS 64
 #define SPLIT_MIN_KEYS 512
 
 typedef struct {
     int grouped;        /* rows are query heads of one kv group (Lq == 1) */
+    int decode;         /* rows <= MK_DECODE_ROWS: K and V read in place */
     int64_t group;      /* query heads per kv head */
     int64_t rows;       /* rows per block: block_q */
     int64_t row_blocks; /* per (batch, head) or per (batch, kv head) */
@@ -37,6 +42,7 @@ static plan make_plan(const mk_table *t, const mha_problem *p)
     /* Rows per block: block_q, or fewer when there are fewer (decode), so
      * the split partials stay small. */
     pl.rows = per < t->block_q ? per : t->block_q;
+    pl.decode = pl.rows <= MK_DECODE_ROWS;
     pl.row_blocks = (per + pl.rows - 1) / pl.rows;
     pl.units = p->batch * (pl.grouped ? p->kv_heads : p->heads) *
                pl.row_blocks;
@@ -85,7 +91,7 @@ static int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 static int caches_keys(const mk_table *t, const mha_problem *p)
 {
     plan pl = make_plan(t, p);
-    return pl.chunks == 1 && pl.row_blocks > 1;
+    return pl.chunks == 1 && pl.row_blocks > 1 && !pl.decode;
 }
 
 static int scratch_parts(const mk_table *t, const mha_problem *p,
@@ -171,6 +177,7 @@ static scratch thread_scratch(const mk_table *t, const mha_problem *p,
  * pointer is the block's first row; the ld fields step one row. */
 typedef struct {
     int64_t rows;
+    int decode; /* the plan's: decode kernels, nothing packed or widened */
     const float *q;
     ptrdiff_t ldq;
     const char *k, *v; /* bytes: the element type is the problem's */
@@ -196,6 +203,7 @@ static row_block make_block(const mha_problem *p, const plan *pl,
     int64_t per = pl->grouped ? pl->group : p->lq;
     row_block rb;
     rb.rows = per - r0 < pl->rows ? per - r0 : pl->rows;
+    rb.decode = pl->decode;
     /* The first row's head and query, and how one row steps. */
     int64_t h, i, hk;
     ptrdiff_t step_q, step_o, step_keep, step_bias;
@@ -289,6 +297,15 @@ static void score_block(const mk_table *t, const mha_problem *p,
                         const row_block *rb, const scratch *sc, float *m,
                         int64_t k0, int64_t nk, float *row_sum)
 {
+    mk_mask mk = block_mask(rb, k0, nk);
+    if (rb->decode) {
+        size_t ks = mha_dtype_size(p->k_dtype);
+        t->decode_qk(rb->q, rb->ldq, rb->rows, rb->k + (size_t)(k0 * p->k_ss) * ks,
+                     (mk_dtype)p->k_dtype, p->k_ss, nk, p->d, sc->s, t->block_k);
+        t->softmax_update(sc->s, t->block_k, rb->rows, nk, p->scale, &mk, m,
+                          row_sum, sc->alpha);
+        return;
+    }
     float *kp = sc->kp;
     int pack = 1;
     if (sc->cache) {
@@ -313,7 +330,6 @@ static void score_block(const mk_table *t, const mha_problem *p,
         t->pack_k(k, ldk, nk, p->d, kp);
     }
     t->qk(rb->q, rb->ldq, rb->rows, kp, nk, p->d, sc->s, t->block_k);
-    mk_mask mk = block_mask(rb, k0, nk);
     t->softmax_update(sc->s, t->block_k, rb->rows, nk, p->scale, &mk, m,
                       row_sum, sc->alpha);
 }
@@ -342,6 +358,13 @@ static void stream_keys(const mk_table *t, const mha_problem *p,
         score_block(t, p, rb, sc, m, k0, nk, rb->w ? sc->l2 : l);
         if (rb->w)
             t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, p->lk);
+        if (rb->decode) {
+            size_t vs = mha_dtype_size(p->v_dtype);
+            t->decode_pv(sc->s, bk, rb->rows, nk,
+                         rb->v + (size_t)(k0 * p->v_ss) * vs,
+                         (mk_dtype)p->v_dtype, p->v_ss, dv, sc->alpha, o, dv);
+            continue;
+        }
         ptrdiff_t ldv;
         const float *v = f32_rows(t, rb->v, p->v_dtype, p->v_ss, k0, nk, dv,
                                   sc->vw, &ldv);

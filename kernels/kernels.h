@@ -72,6 +72,15 @@ static inline int mk_row_has_nan(const float *row, int64_t n)
     return nan;
 }
 
+/* Element types of keys and values as the decode kernels read them (the
+ * values match mha_dtype). */
+typedef enum mk_dtype { MK_F32 = 0, MK_F16 = 1, MK_BF16 = 2 } mk_dtype;
+
+/* Blocks of at most this many query rows take the decode kernels: keys and
+ * values are read in place (any element type, widened in registers), not
+ * packed, so a key or value byte travels from memory once. */
+#define MK_DECODE_ROWS 8
+
 typedef struct mk_table {
     const char *name; /* "generic", "avx2", "neon" */
 
@@ -107,6 +116,18 @@ typedef struct mk_table {
     /* out[i][c] = o[i][c] / row_sum[i], or 0 when row_sum[i] == 0. */
     void (*normalize)(const float *o, ptrdiff_t ldo, int64_t m, int64_t dv,
                       const float *row_sum, float *out, ptrdiff_t ldout);
+
+    /* Decode (m <= MK_DECODE_ROWS query rows). decode_qk: s[i][j] = sum_p
+     * q[i][p] * K[j][p], unscaled, with key j's row at k + j * ldk elements
+     * of type kt. decode_pv: o[i][c] = alpha[i] * o[i][c] + sum_j p[i][j] *
+     * V[j][c], c < dv, value rows at v + j * ldv elements of type vt. Both
+     * may prefetch rows they will read later, never past row n - 1. */
+    void (*decode_qk)(const float *q, ptrdiff_t ldq, int64_t m, const void *k,
+                      mk_dtype kt, ptrdiff_t ldk, int64_t n, int64_t d,
+                      float *s, ptrdiff_t lds);
+    void (*decode_pv)(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+                      const void *v, mk_dtype vt, ptrdiff_t ldv, int64_t dv,
+                      const float *alpha, float *o, ptrdiff_t ldo);
 
     /* Half-precision keys and values: widen n binary16 / bfloat16 values
      * to fp32 (exactly; NaN stays NaN). */
