@@ -254,6 +254,18 @@ static row_block make_block(const mha_problem *p, const plan *pl,
     return rb;
 }
 
+/* Keys per block: the table's, or for decode as many as the score tile
+ * holds for MK_DECODE_ROWS rows (a multiple of block_k), so the kernels
+ * prefetch across long runs of rows and the per-block steps are few. */
+static int64_t key_block(const mk_table *t, const row_block *rb)
+{
+    if (!rb->decode)
+        return t->block_k;
+    int64_t n = t->block_q * t->block_k / MK_DECODE_ROWS;
+    n = n / t->block_k * t->block_k;
+    return n > t->block_k ? n : t->block_k;
+}
+
 static mk_mask block_mask(const row_block *rb, int64_t k0, int64_t nk)
 {
     mk_mask mk = {0};
@@ -301,8 +313,10 @@ static void score_block(const mk_table *t, const mha_problem *p,
     if (rb->decode) {
         size_t ks = mha_dtype_size(p->k_dtype);
         t->decode_qk(rb->q, rb->ldq, rb->rows, rb->k + (size_t)(k0 * p->k_ss) * ks,
-                     (mk_dtype)p->k_dtype, p->k_ss, nk, p->d, sc->s, t->block_k);
-        t->softmax_update(sc->s, t->block_k, rb->rows, nk, p->scale, &mk, m,
+                     (mk_dtype)p->k_dtype, p->k_ss, nk, p->d, sc->s,
+                     key_block(t, rb));
+        t->softmax_update(sc->s, key_block(t, rb), rb->rows, nk, p->scale,
+                          &mk, m,
                           row_sum, sc->alpha);
         return;
     }
@@ -342,7 +356,7 @@ static void stream_keys(const mk_table *t, const mha_problem *p,
                         const row_block *rb, const scratch *sc, int64_t k_begin,
                         int64_t k_end, float *o, float *m, float *l)
 {
-    int64_t bk = t->block_k, dv = p->dv;
+    int64_t bk = key_block(t, rb), dv = p->dv;
     for (int64_t r = 0; r < rb->rows; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;

@@ -30,6 +30,15 @@ void mk_avx2_normalize_8(const float *o, ptrdiff_t ldo, int64_t m,
                          int64_t dv, const float *row_sum, float *out,
                          ptrdiff_t ldout);
 
+/* decode.c */
+void mk_avx2fma_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
+                          const void *k, mk_dtype kt, ptrdiff_t ldk, int64_t n,
+                          int64_t d, float *s, ptrdiff_t lds);
+void mk_avx2fma_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+                          const void *v, mk_dtype vt, ptrdiff_t ldv,
+                          int64_t dv, const float *alpha, float *o,
+                          ptrdiff_t ldo);
+
 /* convert.c (cvt_f16 needs F16C, which every AVX2 CPU has) */
 void mk_f16c_cvt_f16_8(const uint16_t *x, int64_t n, float *y);
 void mk_avx2_cvt_bf16_8(const uint16_t *x, int64_t n, float *y);
