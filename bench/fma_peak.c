@@ -24,6 +24,12 @@ double bench_fma_peak_run(mha_isa isa, int threads, int64_t iterations)
         flops_per_iteration = bench_chains_avx2_flops;
         break;
 #endif
+#if defined(MHA_BENCH_HAVE_CHAINS_AVX512)
+    case MHA_ISA_AVX512:
+        fn = bench_chains_avx512;
+        flops_per_iteration = bench_chains_avx512_flops;
+        break;
+#endif
 #if defined(MHA_BENCH_HAVE_CHAINS_NEON)
     case MHA_ISA_NEON:
         fn = bench_chains_neon;

@@ -30,9 +30,12 @@ void bench_blas_attention(const mha_attention_args *args, mha_causal causal,
 float bench_chains_generic(int64_t iterations);
 float bench_chains_avx2(int64_t iterations); /* MHA_BENCH_HAVE_CHAINS_AVX2 */
 float bench_chains_neon(int64_t iterations); /* MHA_BENCH_HAVE_CHAINS_NEON */
+/* MHA_BENCH_HAVE_CHAINS_AVX512 */
+float bench_chains_avx512(int64_t iterations);
 /* Floating-point operations per iteration of each. */
 extern const double bench_chains_generic_flops;
 extern const double bench_chains_avx2_flops;
 extern const double bench_chains_neon_flops;
+extern const double bench_chains_avx512_flops;
 
 #endif

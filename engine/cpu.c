@@ -31,8 +31,31 @@ static int detect_avx2_fma(void)
     __cpuid_count(7, 0, a, b, c, d);
     return (b & (1u << 5)) != 0; /* AVX2 */
 }
+
+/* The avx512 table needs AVX-512F, DQ, BW and VL (CPUID leaf 7 EBX bits
+ * 16, 17, 30, 31) and an OS that saves the opmask and the whole ZMM state
+ * (XCR0 bits 5, 6, 7 besides 1 and 2). It also runs the avx2 table's
+ * kernels for the slots it leaves, so AVX2+FMA is required too. */
+static int detect_avx512(void)
+{
+    if (!mha_cpu_has_avx2_fma()) /* also: OSXSAVE, so XGETBV exists */
+        return 0;
+    unsigned a, b, c, d;
+    __cpuid_count(7, 0, a, b, c, d);
+    const unsigned f = 1u << 16, dq = 1u << 17, bw = 1u << 30,
+                   vl = 1u << 31;
+    if ((b & (f | dq | bw | vl)) != (f | dq | bw | vl))
+        return 0;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    (void)xhi;
+    const unsigned state = (1u << 1) | (1u << 2) | (1u << 5) | (1u << 6) |
+                           (1u << 7);
+    return (xlo & state) == state;
+}
 #else
 static int detect_avx2_fma(void) { return 0; }
+static int detect_avx512(void) { return 0; }
 #endif
 
 #if defined(__aarch64__) && defined(__linux__)
@@ -51,7 +74,7 @@ static int detect_neon(void) { return 0; }
 #endif
 
 /* 0: not yet known; 1: absent; 2: present. */
-static atomic_int avx2_state, neon_state;
+static atomic_int avx2_state, avx512_state, neon_state;
 
 static int cached(atomic_int *state, int (*detect)(void))
 {
@@ -65,3 +88,7 @@ static int cached(atomic_int *state, int (*detect)(void))
 
 int mha_cpu_has_avx2_fma(void) { return cached(&avx2_state, detect_avx2_fma); }
 int mha_cpu_has_neon(void) { return cached(&neon_state, detect_neon); }
+int mha_cpu_has_avx512(void)
+{
+    return cached(&avx512_state, detect_avx512);
+}

@@ -7,6 +7,11 @@
 
 #include "engine.h"
 
+#ifdef MHA_HAVE_AVX512
+/* kernels/avx512/table.c (declared here until kernels.h lists it). */
+extern const mk_table mk_table_avx512;
+#endif
+
 const char *mha_isa_name(mha_isa isa)
 {
     switch (isa) {
@@ -14,6 +19,7 @@ const char *mha_isa_name(mha_isa isa)
     case MHA_ISA_GENERIC: return "generic";
     case MHA_ISA_AVX2: return "avx2";
     case MHA_ISA_NEON: return "neon";
+    case MHA_ISA_AVX512: return "avx512";
     }
     return "unknown";
 }
@@ -29,6 +35,9 @@ static const mk_table *isa_table(mha_isa isa)
 #ifdef MHA_HAVE_NEON
     case MHA_ISA_NEON: return &mk_table_neon;
 #endif
+#ifdef MHA_HAVE_AVX512
+    case MHA_ISA_AVX512: return &mk_table_avx512;
+#endif
     default: return NULL;
     }
 }
@@ -39,14 +48,23 @@ static int cpu_runs(mha_isa isa)
     case MHA_ISA_GENERIC: return 1;
     case MHA_ISA_AVX2: return mha_cpu_has_avx2_fma();
     case MHA_ISA_NEON: return mha_cpu_has_neon();
+    case MHA_ISA_AVX512: return mha_cpu_has_avx512();
     default: return 0;
     }
 }
 
-/* Generic slots, overridden by the ISA's non-NULL ones. */
-static void fill_table(mk_table *dst, const mk_table *isa)
+/* The table an ISA's NULL slots come from: avx512 builds on avx2 (every
+ * CPU that runs it runs avx2), the others on generic. */
+static const mk_table *base_table(mha_isa isa)
 {
-    *dst = mk_table_generic;
+    const mk_table *base = isa == MHA_ISA_AVX512 ? isa_table(MHA_ISA_AVX2)
+                                                 : NULL;
+    return base ? base : &mk_table_generic;
+}
+
+/* dst's slots overridden by the non-NULL ones of isa. */
+static void override_slots(mk_table *dst, const mk_table *isa)
+{
     dst->name = isa->name;
 #define OVERRIDE(slot) \
     if (isa->slot)     \
@@ -69,20 +87,32 @@ static void fill_table(mk_table *dst, const mk_table *isa)
 #undef OVERRIDE
 }
 
+/* Generic slots, overridden by the base table's, then by the ISA's. */
+static void fill_table(mk_table *dst, mha_isa isa)
+{
+    *dst = mk_table_generic;
+    const mk_table *base = base_table(isa);
+    if (base != &mk_table_generic)
+        override_slots(dst, base);
+    override_slots(dst, isa_table(isa));
+}
+
 static mha_status isa_from_env(mha_isa *isa)
 {
     const char *env = getenv("MHA_ISA");
     *isa = MHA_ISA_AUTO;
     if (!env || !*env || strcmp(env, "auto") == 0)
         return MHA_OK;
-    const mha_isa known[] = {MHA_ISA_GENERIC, MHA_ISA_AVX2, MHA_ISA_NEON};
+    const mha_isa known[] = {MHA_ISA_GENERIC, MHA_ISA_AVX2, MHA_ISA_NEON,
+                             MHA_ISA_AVX512};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strcmp(env, mha_isa_name(known[i])) == 0) {
             *isa = known[i];
             return MHA_OK;
         }
     return mha_fail(MHA_ERR_UNSUPPORTED,
-                    "MHA_ISA=%.32s is not one of generic, avx2, neon, auto",
+                    "MHA_ISA=%.32s is not one of generic, avx2, avx512, "
+                    "neon, auto",
                     env);
 }
 
@@ -94,16 +124,18 @@ mha_status mha_dispatch(mha_isa isa, mha_isa *picked, mk_table *table)
             return st;
     }
     if (isa == MHA_ISA_AUTO) {
-        const mha_isa best_first[] = {MHA_ISA_AVX2, MHA_ISA_NEON,
-                                      MHA_ISA_GENERIC};
-        for (size_t i = 0; i < 3; i++)
+        const mha_isa best_first[] = {MHA_ISA_AVX512, MHA_ISA_AVX2,
+                                      MHA_ISA_NEON, MHA_ISA_GENERIC};
+        for (size_t i = 0; i < sizeof best_first / sizeof best_first[0]; i++)
             if (isa_table(best_first[i]) && cpu_runs(best_first[i])) {
                 isa = best_first[i];
                 break;
             }
     }
-    if ((int)isa < (int)MHA_ISA_GENERIC || (int)isa > (int)MHA_ISA_NEON)
-        return mha_fail(MHA_ERR_BAD_ARGUMENT, "config.isa (%d) is not an mha_isa",
+    if ((int)isa < (int)MHA_ISA_GENERIC || (int)isa > (int)MHA_ISA_AVX512)
+        return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                        "config.isa (%d) is not an mha_isa (generic 1, avx2 "
+                        "2, neon 3, avx512 4)",
                         (int)isa);
     const mk_table *t = isa_table(isa);
     if (!t)
@@ -113,7 +145,7 @@ mha_status mha_dispatch(mha_isa isa, mha_isa *picked, mk_table *table)
     if (!cpu_runs(isa))
         return mha_fail(MHA_ERR_UNSUPPORTED, "this CPU cannot run ISA %s",
                         mha_isa_name(isa));
-    fill_table(table, t);
+    fill_table(table, isa);
     *picked = isa;
     return MHA_OK;
 }

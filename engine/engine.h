@@ -21,6 +21,8 @@ mha_status mha_fail(mha_status status, const char *fmt, ...)
 /* CPU detection (cpu.c, compiled without ISA flags; cached). */
 int mha_cpu_has_avx2_fma(void);
 int mha_cpu_has_neon(void);
+/* AVX-512F/BW/VL/DQ with the opmask and ZMM state enabled, and AVX2+FMA. */
+int mha_cpu_has_avx512(void);
 
 /* dispatch.c: the table for an ISA, or an error status (with message) when
  * the build or the CPU lacks it. isa may be MHA_ISA_AUTO. */

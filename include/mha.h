@@ -76,10 +76,12 @@ MHA_API const char *mha_last_error(void);
 /* Engine                                                              */
 
 typedef enum mha_isa {
-    MHA_ISA_AUTO = 0, /* best available; MHA_ISA=generic|avx2|neon overrides */
+    MHA_ISA_AUTO = 0, /* best available; MHA_ISA=generic|avx2|neon|avx512
+                         overrides */
     MHA_ISA_GENERIC = 1,
     MHA_ISA_AVX2 = 2, /* x86-64 AVX2 + FMA */
-    MHA_ISA_NEON = 3  /* AArch64 Advanced SIMD */
+    MHA_ISA_NEON = 3, /* AArch64 Advanced SIMD */
+    MHA_ISA_AVX512 = 4 /* x86-64 AVX-512F/BW/VL/DQ + FMA */
 } mha_isa;
 
 /* Zero-initialised (or a NULL pointer) means defaults. */

@@ -161,7 +161,7 @@ START_TEST(decode_dtypes_vs_oracle)
                        : dt == MHA_BF16 ? TOL_BF16_INPUT
                                         : TOL_ATTN_ABS;
     float *out = test_alloc(dd.nq * sizeof(float));
-    mha_isa isas[4];
+    mha_isa isas[TEST_MAX_ISAS];
     int n = available_isas(isas);
     for (int i = 0; i < n; i++) {
         mha_engine *e = make_engine(isas[i], 2);
@@ -203,7 +203,7 @@ START_TEST(split_matches_unsplit)
     float *whole = test_alloc(dd.nq * sizeof(float));
     float *weights = test_alloc((size_t)(c.h * c.lk) * sizeof(float));
     double *whole_d = test_alloc(dd.nq * sizeof(double));
-    mha_isa isas[4];
+    mha_isa isas[TEST_MAX_ISAS];
     int n = available_isas(isas);
     for (int i = 0; i < n; i++) {
         mha_engine *e = make_engine(isas[i], 2);
@@ -243,7 +243,7 @@ START_TEST(split_deterministic_over_threads)
     make_data(&dd, c, dt, 500 + (uint64_t)_i);
     float *first = test_alloc(dd.nq * sizeof(float));
     float *again = test_alloc(dd.nq * sizeof(float));
-    mha_isa isas[4];
+    mha_isa isas[TEST_MAX_ISAS];
     int n = available_isas(isas);
     for (int i = 0; i < n; i++) {
         for (int t = 1; t <= 8; t++) {

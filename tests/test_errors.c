@@ -266,7 +266,7 @@ static void expect_rejected(mha_status st, const bad_input *bad, mha_isa isa,
 START_TEST(attention_bad_input)
 {
     const bad_input *bad = &BAD[_i];
-    mha_isa isas[4];
+    mha_isa isas[TEST_MAX_ISAS];
     int n_isa = available_isas(isas);
     const size_t arena_bytes = (N_Q + N_K + N_V + N_OUT) * sizeof(float);
     for (int t = 0; t < n_isa; t++) {
@@ -310,10 +310,10 @@ START_TEST(engine_bad_config)
 {
     mha_engine sentinel_engine;
     mha_engine *const sentinel = &sentinel_engine;
-    mha_isa isas[4];
+    mha_isa isas[TEST_MAX_ISAS];
     int n_isa = available_isas(isas);
     mha_isa missing = MHA_ISA_AUTO;
-    for (mha_isa cand = MHA_ISA_AVX2; cand <= MHA_ISA_NEON; cand++) {
+    for (mha_isa cand = MHA_ISA_AVX2; cand <= MHA_ISA_AVX512; cand++) {
         int have = 0;
         for (int t = 0; t < n_isa; t++)
             have |= isas[t] == cand;
@@ -368,6 +368,47 @@ START_TEST(engine_bad_config)
     ck_assert_int_ne(mha_engine_isa(e), MHA_ISA_AUTO);
     mha_engine_destroy(e);
     mha_engine_destroy(NULL);
+}
+END_TEST
+
+/* MHA_ISA=<name> forces that table: engine creation picks exactly it when
+ * the build and CPU run it (available_isas asks through the config field,
+ * a separate path), and fails with MHA_ERR_UNSUPPORTED and a message
+ * otherwise. */
+START_TEST(isa_from_environment)
+{
+    static const mha_isa named[] = {MHA_ISA_GENERIC, MHA_ISA_AVX2,
+                                    MHA_ISA_NEON, MHA_ISA_AVX512};
+    mha_isa isas[TEST_MAX_ISAS];
+    int n_isa = available_isas(isas);
+    const char *saved = getenv("MHA_ISA");
+    char *copy = saved ? strdup(saved) : NULL;
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+        const char *name = mha_isa_name(named[i]);
+        int have = 0;
+        for (int t = 0; t < n_isa; t++)
+            have |= isas[t] == named[i];
+        setenv("MHA_ISA", name, 1);
+        mha_engine *e = NULL;
+        mha_status st = mha_engine_create(NULL, &e);
+        mha_isa got = st == MHA_OK ? mha_engine_isa(e) : MHA_ISA_AUTO;
+        mha_engine_destroy(st == MHA_OK ? e : NULL);
+        if (have)
+            ck_assert_msg(st == MHA_OK && got == named[i],
+                          "MHA_ISA=%s: %s, picked %s", name,
+                          mha_status_string(st), mha_isa_name(got));
+        else
+            ck_assert_msg(st == MHA_ERR_UNSUPPORTED &&
+                              strstr(mha_last_error(), name),
+                          "MHA_ISA=%s (not available): %s, message '%s'",
+                          name, mha_status_string(st), mha_last_error());
+    }
+    if (copy) {
+        setenv("MHA_ISA", copy, 1);
+        free(copy);
+    } else {
+        unsetenv("MHA_ISA");
+    }
 }
 END_TEST
 
@@ -474,7 +515,7 @@ static const bad_input LAYER_CREATE_BAD[] = {
 START_TEST(layer_create_bad_input)
 {
     const bad_input *bad = &LAYER_CREATE_BAD[_i];
-    mha_isa isas[4];
+    mha_isa isas[TEST_MAX_ISAS];
     int n_isa = available_isas(isas);
     for (int t = 0; t < n_isa; t++) {
         layer_fixture f;
@@ -548,7 +589,7 @@ static const bad_input LAYER_FORWARD_BAD[] = {
 START_TEST(layer_forward_bad_input)
 {
     const bad_input *bad = &LAYER_FORWARD_BAD[_i];
-    mha_isa isas[4];
+    mha_isa isas[TEST_MAX_ISAS];
     int n_isa = available_isas(isas);
     const size_t arena_bytes = (2 * L_NQ + 2 * L_NK) * sizeof(float);
     for (int t = 0; t < n_isa; t++) {
@@ -726,7 +767,7 @@ static mha_status run_layer_create(void *p)
 
 START_TEST(allocation_failures)
 {
-    mha_isa isas[4];
+    mha_isa isas[TEST_MAX_ISAS];
     int n_isa = available_isas(isas);
     for (int t = 0; t < n_isa; t++) {
         oom_ctx *c = test_alloc(sizeof *c);
@@ -770,6 +811,7 @@ Suite *suite_errors(void)
     tcase_add_test(tc, fixture_is_valid);
     tcase_add_loop_test(tc, attention_bad_input, 0, N_BAD);
     tcase_add_test(tc, engine_bad_config);
+    tcase_add_test(tc, isa_from_environment);
     tcase_add_test(tc, status_strings);
     tcase_add_test(tc, last_error_is_per_thread);
     tcase_add_loop_test(tc, layer_create_bad_input, 0, N_LAYER_CREATE_BAD);

@@ -157,7 +157,7 @@ static void run_layer_case(const layer_case *c, uint64_t seed)
     const size_t guard = 37;
     float *out = test_alloc((n_out + guard) * sizeof *out);
     float *w = c->weights ? test_alloc((n_w + guard) * sizeof *w) : NULL;
-    mha_isa isas[4];
+    mha_isa isas[TEST_MAX_ISAS];
     int n_isa = available_isas(isas);
     mha_layer *layers[4];
     mha_engine *engines[4];
@@ -225,7 +225,7 @@ START_TEST(worked_padding_mask)
     double want[B * L * E], want_w[B * H * L * L];
     oracle_layer(&p.desc, p.query, p.key, p.value, B, L, L, &p.mask, want,
                  want_w);
-    mha_isa isas[4];
+    mha_isa isas[TEST_MAX_ISAS];
     int n_isa = available_isas(isas);
     for (int t = 0; t < n_isa; t++) {
         const char *isa = mha_isa_name(isas[t]);

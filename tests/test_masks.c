@@ -180,7 +180,7 @@ static void expect_all_zero(const mha_mask *mask, int64_t lq, int64_t lk,
         .mask = mask,
         .weights = w,
     };
-    mha_isa isas[4];
+    mha_isa isas[TEST_MAX_ISAS];
     int n_isa = available_isas(isas);
     for (int t = 0; t < n_isa; t++) {
         mha_engine *e = make_engine(isas[t], 0);
@@ -278,7 +278,7 @@ START_TEST(nan_in_every_score_propagates)
     float k[4] = {1, 2, 3, 4}, v[2] = {5, 6}, out[3];
     uint8_t keep[6] = {1, 1, 1, 1, 0, 0};
     mha_mask mask = {.keep = keep, .keep_stride_query = 2};
-    mha_isa isas[4];
+    mha_isa isas[TEST_MAX_ISAS];
     int n = available_isas(isas);
     for (int i = 0; i < n; i++) {
         mha_engine *e = make_engine(isas[i], 1);
@@ -305,7 +305,7 @@ END_TEST
  * the single dominant key gets probability 1, never exp(+-huge) = inf/NaN. */
 START_TEST(huge_scores_stay_finite)
 {
-    mha_isa isas[4];
+    mha_isa isas[TEST_MAX_ISAS];
     int n = available_isas(isas);
     for (int i = 0; i < n; i++) {
         mha_engine *e = make_engine(isas[i], 1);

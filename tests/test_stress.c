@@ -27,7 +27,12 @@
 #include "oracle.h"
 #include "util.h"
 
-enum { CALLERS = 16, MAX_ISAS = 4, RECREATE_EVERY = 16, BAD_CALL_EVERY = 5 };
+enum {
+    CALLERS = 16,
+    MAX_ISAS = TEST_MAX_ISAS,
+    RECREATE_EVERY = 16,
+    BAD_CALL_EVERY = 5
+};
 
 enum {
     M_TOP_LEFT = 1,

@@ -209,7 +209,7 @@ START_TEST(bitwise_equal_across_thread_counts)
     static const int threads[] = {1, 2, 3, 7};
     workload w;
     workload_init(&w);
-    mha_isa isas[4];
+    mha_isa isas[TEST_MAX_ISAS];
     int n_isa = available_isas(isas);
     for (int t = 0; t < n_isa; t++) {
         const char *isa = mha_isa_name(isas[t]);
@@ -281,7 +281,7 @@ START_TEST(concurrent_callers_share_an_engine)
 {
     workload w;
     workload_init(&w);
-    mha_isa isas[4];
+    mha_isa isas[TEST_MAX_ISAS];
     int n_isa = available_isas(isas);
     for (int t = 0; t < n_isa; t++) {
         mha_engine *e = make_engine(isas[t], 2);

@@ -35,10 +35,12 @@ void fill_uniform(test_rng *r, float *x, size_t n)
         x[i] = rng_uniform(r);
 }
 
-int available_isas(mha_isa out[4])
+int available_isas(mha_isa out[TEST_MAX_ISAS])
 {
     static const mha_isa candidates[] = {MHA_ISA_GENERIC, MHA_ISA_AVX2,
-                                         MHA_ISA_NEON};
+                                         MHA_ISA_NEON, MHA_ISA_AVX512};
+    _Static_assert(sizeof candidates / sizeof candidates[0] <= TEST_MAX_ISAS,
+                   "TEST_MAX_ISAS holds every candidate");
     int n = 0;
     for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
         mha_config config = {.num_threads = 1, .isa = candidates[i]};
@@ -258,7 +260,7 @@ void check_attention(const mha_attention_args *args, size_t out_floats,
 
     float *got = test_alloc(n_out * sizeof *got);
     float *got_w = want_weights ? test_alloc(n_w * sizeof *got_w) : NULL;
-    mha_isa isas[4];
+    mha_isa isas[TEST_MAX_ISAS];
     int n_isa = available_isas(isas);
     for (int t = 0; t < n_isa; t++) {
         const char *isa = mha_isa_name(isas[t]);

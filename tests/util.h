@@ -54,8 +54,10 @@ void rng_seed(test_rng *r, uint64_t seed);
 float rng_uniform(test_rng *r);
 void fill_uniform(test_rng *r, float *x, size_t n);
 
-/* The ISAs this build and CPU can run (generic first); returns the count. */
-int available_isas(mha_isa out[4]);
+/* The ISAs this build and CPU can run (generic first); returns the count,
+ * at most TEST_MAX_ISAS. */
+#define TEST_MAX_ISAS 5
+int available_isas(mha_isa out[TEST_MAX_ISAS]);
 /* An engine for isa with nthreads, or a test failure. */
 mha_engine *make_engine(mha_isa isa, int nthreads);
 

@@ -1,0 +1,35 @@
+/*
+ * The AVX-512 peak: independent 512-bit FMA chains. Compiled with
+ * -mavx512f -mfma in its own static library, called only after the engine
+ * has confirmed that the CPU runs the avx512 table.
+ *
+ * 16 chains: an FMA has a latency of 4 cycles and two ports issue one
+ * 512-bit FMA each per cycle on the cores with two FMA units, so 8 chains
+ * in flight saturate them; 16 leave slack for a longer latency and, with
+ * the 2 constants, fit in the 32 zmm registers.
+ */
+#include <immintrin.h>
+
+#include "internal.h"
+
+#define CHAINS 16
+
+const double bench_chains_avx512_flops = 2.0 * CHAINS * 16;
+
+float bench_chains_avx512(int64_t iterations)
+{
+    const __m512 half = _mm512_set1_ps(0.5f);
+    __m512 chain[CHAINS];
+    for (int c = 0; c < CHAINS; ++c)
+        chain[c] = _mm512_set1_ps((float)c);
+    for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 16
+        for (int c = 0; c < CHAINS; ++c)
+            chain[c] = _mm512_fmadd_ps(chain[c], half, half);
+    }
+    /* One value that depends on every chain. */
+    __m512 total = _mm512_setzero_ps();
+    for (int c = 0; c < CHAINS; ++c)
+        total = _mm512_add_ps(total, chain[c]);
+    return _mm512_reduce_add_ps(total);
+}

@@ -1,0 +1,180 @@
+/*
+ * The AVX-512 register tile every matmul kernel of this directory is built
+ * from. Internal to kernels/avx512/; include only from files compiled with
+ * the flags of kernels/avx512/meson.build.
+ *
+ * Tile: mr x 32 (mr = 1..MK_AVX512_MR rows) of C in 2*mr zmm accumulators
+ * (24 at mr = 12), plus two zmm for one row of B and one for a broadcast
+ * element of A: 27 of the 32 zmm registers. Per step of the depth loop:
+ * two loads of B, mr broadcasts of A, 2*mr FMAs, no horizontal sums.
+ *
+ *   c[r][j] = init[r][j] + sum_{p<k} a[r*lda + p] * b[p*ldb + j]
+ *
+ * summed in order of p with one FMA per step, for r < mr, j < 32. An
+ * element's value therefore depends neither on mr, nr nor on the flags
+ * that pick the edge paths (the determinism contract of kernels.h): edges
+ * only change which lanes the opmasks let through.
+ */
+#ifndef MK_AVX512_TILE_H
+#define MK_AVX512_TILE_H
+
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef MK_AVX512_MR
+#define MK_AVX512_MR 12
+#endif
+#define MK_AVX512_NR 32
+/* The tallest tile FOR_MR instantiates (28 accumulators + 3 = 31 zmm). */
+#define MK_AVX512_MR_MAX 14
+
+/* The flags of a tile call (compile-time constants at every call). */
+enum {
+    /* init = c_scale[r] * c[r][j] (the P·V rescale). */
+    MK_AVX512_INIT_SCALED = 1,
+    /* init = c[r][j] (a sum continued from an earlier call); with neither
+     * INIT flag, init = 0. */
+    MK_AVX512_INIT_LOAD = 2,
+    /* B rows hold only nr valid columns (V's last columns): masked loads,
+     * so nothing past the matrix is read. */
+    MK_AVX512_B_NARROW = 4,
+    /* C has only nr columns: masked loads and stores. */
+    MK_AVX512_C_NARROW = 8,
+    /* Add bias[j] after the sum (masked like C). */
+    MK_AVX512_ADD_BIAS = 16,
+    /* Prefetch B rows MK_AVX512_PREFETCH_ROWS ahead (rows a page apart
+     * defeat the hardware prefetchers). */
+    MK_AVX512_PREFETCH_B = 32,
+    /* Prefetch the C rows of the next tile to the right. */
+    MK_AVX512_PREFETCH_C_NEXT = 64,
+};
+
+#ifndef MK_AVX512_PREFETCH_ROWS
+#define MK_AVX512_PREFETCH_ROWS 8
+#endif
+
+/* The opmask of lanes j < count of one 16-lane vector (count may be <= 0
+ * or >= 16). */
+static inline __mmask16 mk_avx512_first(int64_t count)
+{
+    return count >= 16 ? (__mmask16)0xFFFF
+           : count <= 0 ? (__mmask16)0
+                        : (__mmask16)((1u << count) - 1u);
+}
+
+/* A 16-float vector from p: whole, or only the lanes of mask (zeros in the
+ * others, nothing else read). */
+static inline __attribute__((always_inline)) __m512
+mk_avx512_load(const float *p, __mmask16 mask, int partial)
+{
+    return partial ? _mm512_maskz_loadu_ps(mask, p) : _mm512_loadu_ps(p);
+}
+
+static inline __attribute__((always_inline)) void
+mk_avx512_store(float *p, __mmask16 mask, int partial, __m512 x)
+{
+    if (partial)
+        _mm512_mask_storeu_ps(p, mask, x);
+    else
+        _mm512_storeu_ps(p, x);
+}
+
+/*
+ * One tile. Preconditions: 1 <= mr <= MK_AVX512_MR_MAX (a constant), k >= 0,
+ * 1 <= nr <= 32 (32 unless a NARROW flag is set), b readable for k rows of
+ * 32 floats unless B_NARROW, c_scale readable for mr floats if INIT_SCALED,
+ * bias for nr floats if ADD_BIAS.
+ */
+static inline __attribute__((always_inline)) void
+mk_avx512_tile(const int mr, const unsigned flags, int64_t k, const float *a,
+               ptrdiff_t lda, const float *b, ptrdiff_t ldb,
+               const float *c_scale, const float *bias, float *c,
+               ptrdiff_t ldc, int64_t nr)
+{
+    const __mmask16 lo = mk_avx512_first(nr), hi = mk_avx512_first(nr - 16);
+    const int b_narrow = (flags & MK_AVX512_B_NARROW) != 0;
+    const int c_narrow = (flags & MK_AVX512_C_NARROW) != 0;
+    __m512 acc[MK_AVX512_MR_MAX][2];
+
+    if (flags & MK_AVX512_PREFETCH_C_NEXT)
+        for (int r = 0; r < mr; r++) {
+            _mm_prefetch((const char *)(c + r * ldc + MK_AVX512_NR),
+                         _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + r * ldc + MK_AVX512_NR + 16),
+                         _MM_HINT_T0);
+        }
+#pragma GCC unroll 16
+    for (int r = 0; r < mr; r++) {
+        const float *cr = c + r * ldc;
+        if (flags & (MK_AVX512_INIT_SCALED | MK_AVX512_INIT_LOAD)) {
+            acc[r][0] = mk_avx512_load(cr, lo, c_narrow);
+            acc[r][1] = mk_avx512_load(cr + 16, hi, c_narrow);
+            if (flags & MK_AVX512_INIT_SCALED) {
+                __m512 sc = _mm512_set1_ps(c_scale[r]);
+                acc[r][0] = _mm512_mul_ps(sc, acc[r][0]);
+                acc[r][1] = _mm512_mul_ps(sc, acc[r][1]);
+            }
+        } else {
+            acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+        }
+    }
+
+    const float *bp = b;
+    /* Unrolled so loop overhead and the row address arithmetic amortise
+     * over 4 depth steps. */
+#pragma GCC unroll 4
+    for (int64_t p = 0; p < k; p++, bp += ldb) {
+        __m512 b0 = mk_avx512_load(bp, lo, b_narrow);
+        __m512 b1 = mk_avx512_load(bp + 16, hi, b_narrow);
+        if (flags & MK_AVX512_PREFETCH_B) {
+            const char *ahead = (const char *)(bp + MK_AVX512_PREFETCH_ROWS * ldb);
+            _mm_prefetch(ahead, _MM_HINT_T0);
+            _mm_prefetch(ahead + 64, _MM_HINT_T0);
+            _mm_prefetch(ahead + 124, _MM_HINT_T0);
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < mr; r++) {
+            __m512 ar = _mm512_set1_ps(a[r * lda + p]);
+            acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
+        }
+    }
+
+    __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;
+    if (flags & MK_AVX512_ADD_BIAS) {
+        bias0 = mk_avx512_load(bias, lo, c_narrow);
+        bias1 = mk_avx512_load(bias + 16, hi, c_narrow);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < mr; r++) {
+        if (flags & MK_AVX512_ADD_BIAS) {
+            acc[r][0] = _mm512_add_ps(acc[r][0], bias0);
+            acc[r][1] = _mm512_add_ps(acc[r][1], bias1);
+        }
+        mk_avx512_store(c + r * ldc, lo, c_narrow, acc[r][0]);
+        mk_avx512_store(c + r * ldc + 16, hi, c_narrow, acc[r][1]);
+    }
+}
+
+/* Calls FN(mr_constant, args...) for a run-time mr in 1..MK_AVX512_MR, so
+ * every row count gets a tile compiled for it. */
+#define MK_AVX512_FOR_MR(mr, FN, ...)                     \
+    switch (mr) {                                         \
+    case 14: if (MK_AVX512_MR >= 14) FN(14, __VA_ARGS__); break; \
+    case 13: if (MK_AVX512_MR >= 13) FN(13, __VA_ARGS__); break; \
+    case 12: FN(12, __VA_ARGS__); break;                  \
+    case 11: FN(11, __VA_ARGS__); break;                  \
+    case 10: FN(10, __VA_ARGS__); break;                  \
+    case 9: FN(9, __VA_ARGS__); break;                    \
+    case 8: FN(8, __VA_ARGS__); break;                    \
+    case 7: FN(7, __VA_ARGS__); break;                    \
+    case 6: FN(6, __VA_ARGS__); break;                    \
+    case 5: FN(5, __VA_ARGS__); break;                    \
+    case 4: FN(4, __VA_ARGS__); break;                    \
+    case 3: FN(3, __VA_ARGS__); break;                    \
+    case 2: FN(2, __VA_ARGS__); break;                    \
+    default: FN(1, __VA_ARGS__); break;                   \
+    }
+
+#endif
