@@ -30,6 +30,7 @@ namespace {
 struct Shape {
     const char *kind;
     int64_t b, h, hkv, lq, lk, d;
+    mha_dtype kv = MHA_F32; // K and V elements (decode)
 };
 
 // The cases of the issue. The layer's E is H * d.
@@ -41,7 +42,9 @@ const Shape kShapes[] = {
     {"causal", 1, 16, 16, 2048, 2048, 64},
     {"decode", 1, 32, 32, 1, 4096, 128},
     {"decode", 8, 32, 32, 1, 2048, 128},
+    {"decode", 1, 32, 32, 1, 4096, 128, MHA_F16},
     {"decode", 1, 32, 8, 1, 8192, 128},
+    {"decode", 1, 1, 1, 1, 32768, 128},
     {"layer", 1, 8, 8, 512, 512, 64},
     {"layer", 1, 16, 16, 2048, 2048, 64},
 };
@@ -56,7 +59,8 @@ std::string ShapeName(const Shape &s)
                   static_cast<long long>(s.b), static_cast<long long>(s.h),
                   static_cast<long long>(s.hkv), static_cast<long long>(s.lq),
                   static_cast<long long>(s.lk), static_cast<long long>(s.d));
-    return buf;
+    const char *suffix = s.kv == MHA_F16 ? "_F16" : s.kv == MHA_BF16 ? "_BF16" : "";
+    return buf + std::string(suffix);
 }
 
 // The case being measured. Google Benchmark calls a case's function once per
@@ -192,6 +196,18 @@ bool ParseThreads(const char *list, std::vector<int> *out)
     return !out->empty();
 }
 
+// Every ISA the library names, generic first.
+std::vector<mha_isa> AllIsas()
+{
+    std::vector<mha_isa> out;
+    for (int i = MHA_ISA_GENERIC;; ++i) {
+        const mha_isa isa = static_cast<mha_isa>(i);
+        if (std::strcmp(mha_isa_name(isa), "unknown") == 0)
+            return out;
+        out.push_back(isa);
+    }
+}
+
 bool ParseIsas(const char *list, std::vector<mha_isa> *out)
 {
     out->clear();
@@ -201,7 +217,7 @@ bool ParseIsas(const char *list, std::vector<mha_isa> *out)
         const std::string name = rest.substr(0, comma);
         rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
         bool known = false;
-        for (mha_isa isa : {MHA_ISA_GENERIC, MHA_ISA_AVX2, MHA_ISA_NEON}) {
+        for (mha_isa isa : AllIsas()) {
             if (name == mha_isa_name(isa)) {
                 out->push_back(isa);
                 known = true;
@@ -232,7 +248,8 @@ std::vector<Shape> BaselineShapes()
     if (!bench_have_blas())
         return out;
     for (const Shape &s : kShapes) {
-        bool seen = IsLayer(s);
+        // The baseline computes in fp32 only.
+        bool seen = IsLayer(s) || s.kv != MHA_F32;
         for (const Shape &o : out)
             seen = seen || ShapeName(o) == ShapeName(s);
         if (!seen) {
@@ -270,6 +287,7 @@ bench_spec MakeSpec(const Shape &s, mha_isa isa, int threads)
     spec.causal = std::strcmp(s.kind, "causal") == 0 ? MHA_CAUSAL_BOTTOM_RIGHT
                                                      : MHA_CAUSAL_NONE;
     spec.layout = BENCH_LAYOUT_BSHD;
+    spec.kv_dtype = s.kv;
     spec.isa = isa;
     spec.threads = threads;
     return spec;
@@ -328,8 +346,7 @@ int main(int argc, char **argv)
 {
     benchmark::Initialize(&argc, argv);
     std::vector<int> threads = DefaultThreads();
-    std::vector<mha_isa> wanted = {MHA_ISA_GENERIC, MHA_ISA_AVX2,
-                                   MHA_ISA_NEON};
+    std::vector<mha_isa> wanted = AllIsas();
     bool self_check = true;
     for (int i = 1; i < argc; ++i) {
         const char *arg = argv[i];
@@ -345,7 +362,7 @@ int main(int argc, char **argv)
         if (!ok) {
             std::fprintf(stderr,
                          "mha_bench: bad argument '%s'\n"
-                         "own flags: --threads=1,2,4 --isa=generic,avx2,neon "
+                         "own flags: --threads=1,2,4 --isa=generic,avx2,avx512,neon "
                          "--no-self-check\n",
                          arg);
             return 2;

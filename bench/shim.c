@@ -64,8 +64,46 @@ static mha_tensor make_tensor(float *data, const bench_spec *s, int64_t seq,
                : mha_tensor_bshd(data, s->batch, seq, heads, s->d);
 }
 
+/* float -> binary16 (round to nearest even; the data is in [-1, 1], so
+ * only normal numbers, subnormals and zero occur) or bfloat16. */
+static uint16_t to_half(float f, mha_dtype dtype)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if (dtype == MHA_BF16)
+        return (uint16_t)((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    const float a = fabsf(f);
+    if (a < 6.103515625e-05f) /* below 2^-14: a multiple of 2^-24 */
+        return (uint16_t)(sign | (uint32_t)lrintf(a * 16777216.0f));
+    uint32_t bits = (x & 0x7FFFFFFFu) - (112u << 23);
+    bits += 0xFFFu + ((bits >> 13) & 1u);
+    return (uint16_t)(sign | (bits >> 13));
+}
+
+/* Rewrites n floats as n half-precision values in place (dtype MHA_F32:
+ * nothing to do). In order, so each value is read before it is
+ * overwritten. */
+static void narrow(float *x, size_t n, mha_dtype dtype)
+{
+    if (dtype == MHA_F32)
+        return;
+    char *bytes = (char *)x;
+    for (size_t i = 0; i < n; ++i) {
+        float f;
+        memcpy(&f, bytes + i * sizeof f, sizeof f);
+        const uint16_t h = to_half(f, dtype);
+        memcpy(bytes + i * sizeof h, &h, sizeof h);
+    }
+}
+
 static int check_spec(const bench_spec *s)
 {
+    if (s->kv_dtype != MHA_F32 && s->kv_dtype != MHA_F16 &&
+        s->kv_dtype != MHA_BF16)
+        return bench_fail("unknown kv_dtype %d", (int)s->kv_dtype);
+    if (s->kv_dtype != MHA_F32 && s->impl != BENCH_IMPL_ATTENTION)
+        return bench_fail("half-precision K/V is for mha_attention only");
     if (s->batch <= 0 || s->heads <= 0 || s->kv_heads <= 0 || s->lq <= 0 ||
         s->lk <= 0 || s->d <= 0 || s->threads <= 0)
         return bench_fail("sizes and threads must be positive");
@@ -109,12 +147,17 @@ static int setup_attention(bench_case *c)
     fill(c->q, nq, 1, 1.0f);
     fill(c->k, nk, 2, 1.0f);
     fill(c->v, nk, 3, 1.0f);
+    /* Half-precision K/V: the same values rounded, in the first half of
+     * each buffer (the rest is never read). */
+    narrow(c->k, nk, s->kv_dtype);
+    narrow(c->v, nk, s->kv_dtype);
     memset(c->out, 0, nq * sizeof(float));
     c->out_count = nq;
 
     c->args.q = make_tensor(c->q, s, s->lq, s->heads);
     c->args.k = make_tensor(c->k, s, s->lk, s->kv_heads);
     c->args.v = make_tensor(c->v, s, s->lk, s->kv_heads);
+    c->args.k.dtype = c->args.v.dtype = s->kv_dtype;
     c->args.out = make_tensor(c->out, s, s->lq, s->heads);
 
     if (s->impl == BENCH_IMPL_ATTENTION)
@@ -259,8 +302,9 @@ double bench_spec_flops(const bench_spec *s)
 
 double bench_spec_kv_bytes(const bench_spec *s)
 {
+    const double size = s->kv_dtype == MHA_F32 ? 4.0 : 2.0;
     return 2.0 * (double)s->batch * (double)s->lk * (double)s->kv_heads *
-           (double)s->d * (double)sizeof(float);
+           (double)s->d * size;
 }
 
 int bench_isa_supported(mha_isa isa)

@@ -33,6 +33,7 @@ typedef struct bench_spec {
     int64_t batch, heads, kv_heads, lq, lk, d;
     mha_causal causal;
     bench_layout layout;
+    mha_dtype kv_dtype; /* K and V elements; not MHA_F32 only for attention */
     mha_isa isa; /* ignored by BENCH_IMPL_BLAS */
     int threads; /* exact thread count, > 0 */
 } bench_spec;
@@ -53,7 +54,7 @@ const float *bench_case_output(const bench_case *c, size_t *count);
  * dense count, also under a causal mask), plus 2*B*E*E*(2*Lq + 2*Lk) for the
  * layer's q, k, v and output projections. */
 double bench_spec_flops(const bench_spec *spec);
-/* Bytes of K and V one call reads: 2 * B * Lk * Hkv * d * sizeof(float). */
+/* Bytes of K and V one call reads: 2 * B * Lk * Hkv * d * element size. */
 double bench_spec_kv_bytes(const bench_spec *spec);
 
 /* Nonzero when this build and CPU can run an engine of that ISA. */

@@ -19,7 +19,7 @@ import statistics
 import sys
 
 KIND_ORDER = ["attention", "causal", "decode", "layer", "blas_baseline"]
-ISA_ORDER = ["generic", "avx2", "neon", "openblas"]
+ISA_ORDER = ["generic", "avx2", "avx512", "neon", "openblas"]
 BASELINE_ISA = "openblas"
 # Measured in the same run as the cases, against which they are read.
 REFERENCE_KINDS = ["fma_peak", "membw"]
@@ -103,14 +103,28 @@ def best_peak(results, threads):
     return max(peaks) if peaks else None
 
 
+HALF_SUFFIXES = ("_F16", "_BF16")
+
+
+def fp32_twin(shape):
+    """'B1_..._D128_F16' -> 'B1_..._D128' (half-precision K/V cases), else
+    None."""
+    for suffix in HALF_SUFFIXES:
+        if shape.endswith(suffix):
+            return shape[:-len(suffix)]
+    return None
+
+
 def case_table(results, kind, shape):
     keys = sorted((k for k in results if k[0] == kind and k[1] == shape),
                   key=lambda k: (isa_rank(k[2]), k[3]))
     decode = any(results[k]["GBPS"] is not None for k in keys)
+    twin = fp32_twin(shape)
     headers = ["ISA", "threads"]
     headers += ["GB/s", "GFLOP/s"] if decode else ["GFLOP/s"]
     headers += ["spread", "speedup", "efficiency", "% of peak"]
     headers += ["% of bandwidth"] if decode else []
+    headers += ["× fp32"] if twin else []
     headers += ["× blas"]
     rows = []
     for key in keys:
@@ -140,6 +154,12 @@ def case_table(results, kind, shape):
             row += [fmt(100.0 * r["GBPS"] / bw["GBPS"]
                         if bw and bw["GBPS"] and r["GBPS"] is not None
                         else None, "{:.0f}%")]
+        if twin:
+            # Same FLOPs, so the GFLOP/s ratio is the speedup over fp32 K/V.
+            f32 = results.get((kind, twin, isa, threads))
+            row += [fmt(r["GFLOPS"] / f32["GFLOPS"]
+                        if f32 and f32["GFLOPS"] and r["GFLOPS"] else None,
+                        "{:.2f}")]
         row += [fmt(ratio, "{:.2f}")]
         rows.append(row)
     return table(headers, rows)
@@ -212,7 +232,9 @@ def report(context, results, command, load_end=None):
         "run (OpenBLAS rows: the widest ISA's). × blas = this row over the "
         "OpenBLAS baseline of the same shape and thread count. % of "
         "bandwidth (decode) = GB/s of K and V over the membw read bandwidth "
-        "at the same thread count, measured in the same run.",
+        "at the same thread count, measured in the same run; × fp32 "
+        "(half-precision K/V) = this row's speed over the fp32 case of the "
+        "same shape, ISA and thread count.",
     ] + busy_warning(context, load_end) + [
         "",
         "#### fma_peak",
@@ -254,8 +276,10 @@ def plot(context, results, path):
     rows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.8 * rows),
                              squeeze=False)
-    styles = {"generic": "--", "avx2": "-", "neon": "-", "openblas": ":"}
-    markers = {"generic": "s", "avx2": "o", "neon": "^", "openblas": "x"}
+    styles = {"generic": "--", "avx2": "-", "avx512": "-.", "neon": "-",
+              "openblas": ":"}
+    markers = {"generic": "s", "avx2": "o", "avx512": "D", "neon": "^",
+               "openblas": "x"}
     for ax, kind in zip(axes.flat, panels):
         shapes = []
         for _, shape, _ in lines[kind]:
