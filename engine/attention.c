@@ -60,11 +60,14 @@ static plan make_plan(const mk_table *t, const mha_problem *p)
     return pl;
 }
 
-/* The packed keys of the head a thread last worked on: query blocks of one
- * head reuse them instead of packing every key block again. */
+/* The packed keys and the contiguous fp32 values of the head a thread last
+ * worked on: query blocks of one head reuse them instead of packing every
+ * key block and copying (or widening) every value block again. */
 typedef struct {
-    const char *head; /* the head's first key row, or NULL */
-    int64_t upto;     /* keys [0, upto) of it are packed */
+    const char *head;  /* the head's first key row, or NULL */
+    int64_t upto;      /* keys [0, upto) of it are packed */
+    const char *vhead; /* the head's first value row, or NULL */
+    int64_t vupto;     /* values [0, vupto) of it are in the copy */
 } key_cache;
 
 /* Per-thread scratch, carved from one allocation made per call. */
@@ -77,7 +80,8 @@ typedef struct {
     float *alpha; /* per-row rescale of the accumulator */
     float *l2;    /* weights pass: a sum nobody reads */
     float *kw;    /* a half-precision key block widened to fp32 */
-    float *vw;    /* a half-precision value block widened to fp32 */
+    float *vw;    /* a half-precision value block widened to fp32, or with
+                   * cache the head's values as contiguous fp32 rows */
 } scratch;
 
 enum { NPARTS = 9 };
@@ -107,8 +111,9 @@ static int scratch_parts(const mk_table *t, const mha_problem *p,
     for (int i = 3; i < 7; i++)
         parts[i] = bq;
     parts[7] = parts[8] = 0;
+    int64_t values = caches_keys(t, p) ? keys : p->v_dtype != MHA_F32 ? bk : 0;
     if ((p->k_dtype != MHA_F32 && !mha_mul_ok(bk, p->d, &parts[7])) ||
-        (p->v_dtype != MHA_F32 && !mha_mul_ok(bk, p->dv, &parts[8])))
+        !mha_mul_ok(values, p->dv, &parts[8]))
         return 0;
     for (int i = 0; i < NPARTS; i++) {
         if (parts[i] > INT64_MAX - 16)
@@ -303,6 +308,40 @@ static const float *f32_rows(const mk_table *t, const char *head,
     return buf;
 }
 
+/* Values [k0, k0 + nk) of the row block's head as contiguous fp32 rows
+ * (*ld = dv) from the thread's copy of the head, extended as blocks come in
+ * key order from 0 (like the packed keys). fp32 values already contiguous
+ * are read in place. */
+static const float *cached_values(const mk_table *t, const mha_problem *p,
+                                  const row_block *rb, const scratch *sc,
+                                  int64_t k0, int64_t nk, ptrdiff_t *ld)
+{
+    int64_t dv = p->dv;
+    if (p->v_dtype == MHA_F32 && p->v_ss == dv)
+        return f32_rows(t, rb->v, p->v_dtype, p->v_ss, k0, nk, dv, NULL, ld);
+    key_cache *c = sc->cache;
+    float *dst = sc->vw + k0 * dv;
+    if (c->vhead != rb->v) {
+        c->vhead = rb->v;
+        c->vupto = 0;
+    }
+    if (k0 + nk > c->vupto) {
+        if (p->v_dtype == MHA_F32) {
+            const float *v = (const float *)rb->v;
+            for (int64_t r = 0; r < nk; r++)
+                memcpy(dst + r * dv, v + (k0 + r) * p->v_ss,
+                       (size_t)dv * sizeof *dst);
+        } else {
+            ptrdiff_t ignored;
+            f32_rows(t, rb->v, p->v_dtype, p->v_ss, k0, nk, dv, dst,
+                     &ignored);
+        }
+        c->vupto = k0 + nk;
+    }
+    *ld = dv;
+    return dst;
+}
+
 /* Scores of one key block, scaled, masked and turned into probabilities
  * against the running max (s, m, row_sum and alpha updated). */
 static void score_block(const mk_table *t, const mha_problem *p,
@@ -348,6 +387,60 @@ static void score_block(const mk_table *t, const mha_problem *p,
                       row_sum, sc->alpha);
 }
 
+/* One key block through the row block: scores, probabilities (weights
+ * written when asked), and the accumulator update. */
+static void key_step(const mk_table *t, const mha_problem *p,
+                     const row_block *rb, const scratch *sc, int64_t k0,
+                     int64_t nk, float *o, float *m, float *l)
+{
+    int64_t bk = key_block(t, rb), dv = p->dv;
+    score_block(t, p, rb, sc, m, k0, nk, rb->w ? sc->l2 : l);
+    if (rb->w)
+        t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, p->lk);
+    if (rb->decode) {
+        size_t vs = mha_dtype_size(p->v_dtype);
+        t->decode_pv(sc->s, bk, rb->rows, nk,
+                     rb->v + (size_t)(k0 * p->v_ss) * vs, (mk_dtype)p->v_dtype,
+                     p->v_ss, dv, sc->alpha, o, dv);
+        return;
+    }
+    ptrdiff_t ldv;
+    const float *v = sc->cache ? cached_values(t, p, rb, sc, k0, nk, &ldv)
+                               : f32_rows(t, rb->v, p->v_dtype, p->v_ss, k0,
+                                          nk, dv, sc->vw, &ldv);
+    t->pv(sc->s, bk, rb->rows, nk, v, ldv, dv, sc->alpha, o, dv);
+}
+
+/* Rows of the causal diagonal processed together: a multiple of every
+ * table's row tile (generic 4, avx2 6, neon 8, avx512 12). */
+#define DIAG_ROWS 48
+
+/* Whether key block [k0, k0 + nk) is cut into row sub-blocks: it crosses
+ * the causal diagonal, so the first rows see only part of it. Only with
+ * the head cache (the sub-blocks share one packing) and without weights
+ * (whose rows are written whole). */
+static int splits_diagonal(const row_block *rb, const scratch *sc,
+                           int64_t k0, int64_t nk)
+{
+    return sc->cache && !rb->w && rb->causal_diag != MK_NO_CAUSAL &&
+           rb->rows > DIAG_ROWS && rb->causal_diag + DIAG_ROWS < k0 + nk;
+}
+
+/* Rows [r, r + n) of a row block (n cut at its end). */
+static row_block sub_block(const row_block *rb, int64_t r, int64_t n)
+{
+    row_block sub = *rb;
+    sub.rows = rb->rows - r < n ? rb->rows - r : n;
+    sub.q += r * rb->ldq;
+    sub.out += r * rb->ldo;
+    if (sub.keep)
+        sub.keep += r * rb->keep_ld;
+    if (sub.bias)
+        sub.bias += r * rb->bias_ld;
+    sub.causal_diag += r;
+    return sub;
+}
+
 /* Streams keys [k_begin, k_end) of a row block into the accumulator o with
  * running max m and sum l (o, m, l start empty). With weights, a first
  * pass finds each row's final max and sum and a second turns the same
@@ -369,20 +462,20 @@ static void stream_keys(const mk_table *t, const mha_problem *p,
                         k_end - k0 < bk ? k_end - k0 : bk, l);
     for (int64_t k0 = k_begin; k0 < k_end; k0 += bk) {
         int64_t nk = k_end - k0 < bk ? k_end - k0 : bk;
-        score_block(t, p, rb, sc, m, k0, nk, rb->w ? sc->l2 : l);
-        if (rb->w)
-            t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, p->lk);
-        if (rb->decode) {
-            size_t vs = mha_dtype_size(p->v_dtype);
-            t->decode_pv(sc->s, bk, rb->rows, nk,
-                         rb->v + (size_t)(k0 * p->v_ss) * vs,
-                         (mk_dtype)p->v_dtype, p->v_ss, dv, sc->alpha, o, dv);
+        if (!splits_diagonal(rb, sc, k0, nk)) {
+            key_step(t, p, rb, sc, k0, nk, o, m, l);
             continue;
         }
-        ptrdiff_t ldv;
-        const float *v = f32_rows(t, rb->v, p->v_dtype, p->v_ss, k0, nk, dv,
-                                  sc->vw, &ldv);
-        t->pv(sc->s, bk, rb->rows, nk, v, ldv, dv, sc->alpha, o, dv);
+        /* Last sub-block first: it sees the whole key block, so the block
+         * is packed (and its values copied) once for all of them. */
+        for (int64_t r = (rb->rows - 1) / DIAG_ROWS * DIAG_ROWS; r >= 0;
+             r -= DIAG_ROWS) {
+            row_block sub = sub_block(rb, r, DIAG_ROWS);
+            int64_t seen = sub.rows - 1 + sub.causal_diag - k0 + 1;
+            if (seen > 0)
+                key_step(t, p, &sub, sc, k0, seen < nk ? seen : nk,
+                         o + r * dv, m + r, l + r);
+        }
     }
     if (rb->w && k_end < p->lk)
         for (int64_t r = 0; r < rb->rows; r++)
@@ -434,7 +527,7 @@ void mha_attention_run(const mk_table *t, const mha_problem *p,
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1 && items > 1)
     {
         scratch sc = thread_scratch(t, p, thread_mem, omp_get_thread_num());
-        key_cache cache = {NULL, 0};
+        key_cache cache = {NULL, 0, NULL, 0};
         sc.cache = caches_keys(t, p) ? &cache : NULL;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < items; it++) {
