@@ -41,8 +41,8 @@ qk_strip(const int mr, const float *q, ptrdiff_t ldq, const float *kp,
 /*
  * s[i][j] = sum_p q[i][p] * k[j][p], unscaled.
  * Tile 12 rows x 32 keys: 24 zmm accumulators, 2 for the packed key row,
- * 1 broadcast of q (tile.h). Strips of 12 query rows (the last one 1..11
- * rows) sweep the key panels, reading the query rows in place; the last
+ * 1 broadcast of q (tile.h). Strips of 12 query rows (the rest in strips
+ * of 8, 4, 2, 1 rows) sweep the key panels, reading the query rows in place; the last
  * panel may be partly padding.
  * Preconditions: kp packed by mk_avx512_pack_k for n keys of depth d;
  * ldq >= 0 (0 repeats one query row); lds >= n when m > 1.
@@ -54,90 +54,98 @@ void mk_avx512_qk_12x32(const float *q, ptrdiff_t ldq, int64_t m,
     assert(m >= 0 && n >= 0 && d >= 0 && ldq >= 0);
     assert((m == 0 || n == 0) || (q && kp && s));
     assert(m <= 1 || lds >= n);
-    for (int64_t i0 = 0; i0 < m; i0 += MK_AVX512_MR) {
-        int64_t mr = m - i0 < MK_AVX512_MR ? m - i0 : MK_AVX512_MR;
-        MK_AVX512_FOR_MR(mr, qk_strip, q + i0 * ldq, ldq, kp, n, d,
-                         s + i0 * lds, lds)
-    }
+#define QK_STRIP(mr, i0) \
+    qk_strip(mr, q + (i0) * ldq, ldq, kp, n, d, s + (i0) * lds, lds)
+    MK_AVX512_STRIPS(m, QK_STRIP);
+#undef QK_STRIP
 }
 
 /* ---- O = alpha O + P V ---------------------------------------------- */
 
-/* Floats of the stack buffer pv copies strided V rows into: a chunk of
- * keys every strip of P consumes while it is in L1. */
-#ifndef PV_COPY_FLOATS
-#define PV_COPY_FLOATS 4096
+/* Keys per V panel: 128 keys x 32 columns is 16 KiB of stack, which stays
+ * in L1 while every strip of P reads it (256 keys measured no faster). */
+#ifndef PV_PANEL_KEYS
+#define PV_PANEL_KEYS 128
 #endif
 
-/* Keys 0..jn-1 of one strip of mr rows against every column block of V.
- * flags: INIT_SCALED for the first keys of the tile, else INIT_LOAD to
- * continue the sums in o; PREFETCH_B when V is read in place. */
+/* One column block (nr <= 32 columns) of one strip over keys 0..jn-1;
+ * flags: INIT_SCALED or INIT_LOAD, plus PREFETCH_B when V is read in
+ * place. B_NARROW when V itself is narrower than the block. */
 static inline __attribute__((always_inline)) void
-pv_strip(const int mr, const unsigned flags, const float *p, ptrdiff_t ldp,
-         int64_t jn, const float *v, ptrdiff_t ldv, int64_t dv,
-         const float *alpha, float *o, ptrdiff_t ldo)
-{
-    int64_t c0 = 0;
-    for (; c0 + MK_AVX512_NR <= dv; c0 += MK_AVX512_NR)
-        mk_avx512_tile(mr, flags | MK_AVX512_PREFETCH_C_NEXT, jn, p, ldp,
-                       v + c0, ldv, alpha, NULL, o + c0, ldo, MK_AVX512_NR);
-    if (c0 < dv)
-        mk_avx512_tile(mr, flags | MK_AVX512_B_NARROW | MK_AVX512_C_NARROW,
-                       jn, p, ldp, v + c0, ldv, alpha, NULL, o + c0, ldo,
-                       dv - c0);
-}
-
-enum {
-    PV_IN_PLACE = MK_AVX512_INIT_SCALED | MK_AVX512_PREFETCH_B,
-    PV_FIRST_CHUNK = MK_AVX512_INIT_SCALED,
-    PV_NEXT_CHUNK = MK_AVX512_INIT_LOAD,
-};
-
-/* Every strip of m rows against keys 0..jn-1 of v, on one of the three
- * paths (a PV_ flag set, constant in each instantiation). */
-static inline __attribute__((always_inline)) void
-pv_rows(const unsigned flags, const float *p, ptrdiff_t ldp, int64_t m,
-        int64_t jn, const float *v, ptrdiff_t ldv, int64_t dv,
+pv_tile(const int mr, const unsigned flags, const float *p, ptrdiff_t ldp,
+        int64_t jn, const float *v, ptrdiff_t ldv, int64_t nr,
         const float *alpha, float *o, ptrdiff_t ldo)
 {
-    for (int64_t i0 = 0; i0 < m; i0 += MK_AVX512_MR) {
-        int64_t mr = m - i0 < MK_AVX512_MR ? m - i0 : MK_AVX512_MR;
-        MK_AVX512_FOR_MR(mr, pv_strip, flags, p + i0 * ldp, ldp, jn, v, ldv,
-                         dv, alpha + i0, o + i0 * ldo, ldo)
-    }
+    if (nr == MK_AVX512_NR)
+        mk_avx512_tile(mr, flags, jn, p, ldp, v, ldv, alpha, NULL, o, ldo,
+                       MK_AVX512_NR);
+    else
+        mk_avx512_tile(mr, flags | MK_AVX512_C_NARROW, jn, p, ldp, v, ldv,
+                       alpha, NULL, o, ldo, nr);
 }
 
-static void pv_in_place(const float *p, ptrdiff_t ldp, int64_t m, int64_t jn,
+/* Every strip of m rows against one column block of V (keys 0..jn-1).
+ * flags is a constant at each instantiation. */
+static inline __attribute__((always_inline)) void
+pv_column(const unsigned flags, const float *p, ptrdiff_t ldp, int64_t m,
+          int64_t jn, const float *v, ptrdiff_t ldv, int64_t nr,
+          const float *alpha, float *o, ptrdiff_t ldo)
+{
+#define PV_STRIP(mr, i0)                                                   \
+    pv_tile(mr, flags, p + (i0) * ldp, ldp, jn, v, ldv, nr, alpha + (i0),   \
+            o + (i0) * ldo, ldo)
+    MK_AVX512_STRIPS(m, PV_STRIP);
+#undef PV_STRIP
+}
+
+/* V read in place, one column block after the other (a block's V columns
+ * stay in L1 across the strips), prefetched a few rows ahead. */
+static void pv_in_place(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                         const float *v, ptrdiff_t ldv, int64_t dv,
                         const float *alpha, float *o, ptrdiff_t ldo)
 {
-    pv_rows(PV_IN_PLACE, p, ldp, m, jn, v, ldv, dv, alpha, o, ldo);
+    enum { FLAGS = MK_AVX512_INIT_SCALED | MK_AVX512_PREFETCH_B };
+    for (int64_t c0 = 0; c0 < dv; c0 += MK_AVX512_NR) {
+        int64_t nr = dv - c0 < MK_AVX512_NR ? dv - c0 : MK_AVX512_NR;
+        if (nr == MK_AVX512_NR)
+            pv_column(FLAGS, p, ldp, m, n, v + c0, ldv, nr, alpha, o + c0,
+                      ldo);
+        else
+            pv_column(FLAGS | MK_AVX512_B_NARROW, p, ldp, m, n, v + c0, ldv,
+                      nr, alpha, o + c0, ldo);
+    }
 }
 
-static void pv_first_chunk(const float *p, ptrdiff_t ldp, int64_t m,
-                           int64_t jn, const float *v, int64_t dv,
-                           const float *alpha, float *o, ptrdiff_t ldo)
+/* Columns c0..c0+nr-1 of rows 0..jn-1 of v into a 32-wide panel, zeros
+ * past nr. */
+static void copy_panel(const float *v, ptrdiff_t ldv, int64_t jn, int64_t nr,
+                       float *panel)
 {
-    pv_rows(PV_FIRST_CHUNK, p, ldp, m, jn, v, dv, dv, alpha, o, ldo);
-}
-
-static void pv_next_chunk(const float *p, ptrdiff_t ldp, int64_t m,
-                          int64_t jn, const float *v, int64_t dv,
-                          const float *alpha, float *o, ptrdiff_t ldo)
-{
-    pv_rows(PV_NEXT_CHUNK, p, ldp, m, jn, v, dv, dv, alpha, o, ldo);
+    const __mmask16 lo = mk_avx512_first(nr), hi = mk_avx512_first(nr - 16);
+    for (int64_t j = 0; j < jn; j++) {
+        const float *row = v + j * ldv;
+        if (j + 8 < jn)
+            _mm_prefetch((const char *)(row + 8 * ldv), _MM_HINT_T0);
+        _mm512_store_ps(panel + j * MK_AVX512_NR,
+                        _mm512_maskz_loadu_ps(lo, row));
+        _mm512_store_ps(panel + j * MK_AVX512_NR + 16,
+                        hi ? _mm512_maskz_loadu_ps(hi, row + 16)
+                           : _mm512_setzero_ps());
+    }
 }
 
 /*
  * o[i][c] = alpha[i] * o[i][c] + sum_j p[i][j] * v[j][c].
  * Tile 12 rows x 32 output columns: 24 zmm accumulators start at alpha * o,
  * 2 hold a row of V, 1 a broadcast of p; columns past the last multiple of
- * 32 are masked. Contiguous (ldv == dv) or too wide V rows are read in
- * place, prefetched a few rows ahead; strided rows (V inside a [B, S, H, D]
- * tensor) are copied to the stack a chunk of keys at a time, every strip
- * consuming the chunk while it is in L1, the sums carried in o between
- * chunks. Every element is alpha * o then one FMA per key in key order on
- * either path.
+ * 32 are masked. V goes one 32-column block at a time, every strip of P
+ * sweeping it. Contiguous rows (ldv == dv), or a single strip, are read in
+ * place. Strided rows (V inside a [B, S, H, D] tensor, a page or more
+ * apart: a TLB miss per row) are first copied into a contiguous 32-wide
+ * panel on the stack, PV_PANEL_KEYS keys at a time, so each V row is
+ * fetched once per block instead of once per strip; the sums are carried
+ * in o between panels of keys. Every element is alpha * o then one FMA per
+ * key in key order on either path.
  * Preconditions: ldp, ldv >= 0 (0 repeats one row); ldo >= dv when m > 1.
  */
 void mk_avx512_pv_12x32(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
@@ -147,20 +155,23 @@ void mk_avx512_pv_12x32(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     assert(m >= 0 && n >= 0 && dv >= 0 && ldp >= 0 && ldv >= 0);
     assert((m == 0 || dv == 0) || (alpha && o && (n == 0 || (p && v))));
     assert(m <= 1 || ldo >= dv);
-    int64_t chunk = dv > 0 ? PV_COPY_FLOATS / dv : 0;
-    if (n <= 1 || ldv == dv || chunk < 8) {
+    if (n <= 1 || ldv == dv || m <= MK_AVX512_MR) {
         pv_in_place(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);
         return;
     }
-    _Alignas(64) float vbuf[PV_COPY_FLOATS];
-    for (int64_t j0 = 0; j0 < n; j0 += chunk) {
-        int64_t jn = n - j0 < chunk ? n - j0 : chunk;
-        for (int64_t j = 0; j < jn; j++)
-            memcpy(vbuf + j * dv, v + (j0 + j) * ldv, (size_t)dv * sizeof *v);
-        if (j0 == 0)
-            pv_first_chunk(p, ldp, m, jn, vbuf, dv, alpha, o, ldo);
-        else
-            pv_next_chunk(p + j0, ldp, m, jn, vbuf, dv, alpha, o, ldo);
+    _Alignas(64) float panel[PV_PANEL_KEYS * MK_AVX512_NR];
+    for (int64_t c0 = 0; c0 < dv; c0 += MK_AVX512_NR) {
+        int64_t nr = dv - c0 < MK_AVX512_NR ? dv - c0 : MK_AVX512_NR;
+        for (int64_t j0 = 0; j0 < n; j0 += PV_PANEL_KEYS) {
+            int64_t jn = n - j0 < PV_PANEL_KEYS ? n - j0 : PV_PANEL_KEYS;
+            copy_panel(v + j0 * ldv + c0, ldv, jn, nr, panel);
+            if (j0 == 0)
+                pv_column(MK_AVX512_INIT_SCALED, p, ldp, m, jn, panel,
+                          MK_AVX512_NR, nr, alpha, o + c0, ldo);
+            else
+                pv_column(MK_AVX512_INIT_LOAD, p + j0, ldp, m, jn, panel,
+                          MK_AVX512_NR, nr, alpha, o + c0, ldo);
+        }
     }
 }
 

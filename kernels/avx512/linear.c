@@ -54,7 +54,8 @@ linear_strip(const int mr, const float *a, ptrdiff_t lda, const float *wp,
  * Tile 12 rows x 32 output columns: 24 zmm accumulators over the whole
  * depth k, 2 for the packed weight row, 1 broadcast of a; bias added once
  * after the sum. Columns go in blocks of LINEAR_NC, each swept by every
- * 12-row strip of a (the last strip 1..11 rows, the last panel narrowed).
+ * 12-row strip of a (the rest in strips of 8, 4, 2, 1 rows; the last panel
+ * narrowed).
  * Preconditions: wp packed by mk_avx512_pack_w for n x k; lda >= 0 (0
  * repeats one row); ldc >= n when m > 1.
  */
@@ -67,10 +68,10 @@ void mk_avx512_linear_12x32(const float *a, ptrdiff_t lda, int64_t m,
     assert(m <= 1 || ldc >= n);
     for (int64_t j0 = 0; j0 < n; j0 += LINEAR_NC) {
         int64_t j1 = n - j0 < LINEAR_NC ? n : j0 + LINEAR_NC;
-        for (int64_t i0 = 0; i0 < m; i0 += MK_AVX512_MR) {
-            int64_t mr = m - i0 < MK_AVX512_MR ? m - i0 : MK_AVX512_MR;
-            MK_AVX512_FOR_MR(mr, linear_strip, a + i0 * lda, lda, wp, j0, j1,
-                             k, bias, c + i0 * ldc, ldc)
-        }
+#define LINEAR_STRIP(mr, i0)                                         \
+    linear_strip(mr, a + (i0) * lda, lda, wp, j0, j1, k, bias, c + (i0) * ldc, \
+                 ldc)
+        MK_AVX512_STRIPS(m, LINEAR_STRIP);
+#undef LINEAR_STRIP
     }
 }

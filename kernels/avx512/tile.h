@@ -26,8 +26,11 @@
 #define MK_AVX512_MR 12
 #endif
 #define MK_AVX512_NR 32
-/* The tallest tile FOR_MR instantiates (28 accumulators + 3 = 31 zmm). */
+/* The tallest tile that fits (28 accumulators + 3 = 31 zmm). */
 #define MK_AVX512_MR_MAX 14
+_Static_assert(MK_AVX512_MR >= 8 && MK_AVX512_MR <= MK_AVX512_MR_MAX &&
+                   MK_AVX512_MR <= 15,
+               "MK_AVX512_STRIPS covers a remainder of at most 15 rows");
 
 /* The flags of a tile call (compile-time constants at every call). */
 enum {
@@ -157,24 +160,26 @@ mk_avx512_tile(const int mr, const unsigned flags, int64_t k, const float *a,
     }
 }
 
-/* Calls FN(mr_constant, args...) for a run-time mr in 1..MK_AVX512_MR, so
- * every row count gets a tile compiled for it. */
-#define MK_AVX512_FOR_MR(mr, FN, ...)                     \
-    switch (mr) {                                         \
-    case 14: if (MK_AVX512_MR >= 14) FN(14, __VA_ARGS__); break; \
-    case 13: if (MK_AVX512_MR >= 13) FN(13, __VA_ARGS__); break; \
-    case 12: FN(12, __VA_ARGS__); break;                  \
-    case 11: FN(11, __VA_ARGS__); break;                  \
-    case 10: FN(10, __VA_ARGS__); break;                  \
-    case 9: FN(9, __VA_ARGS__); break;                    \
-    case 8: FN(8, __VA_ARGS__); break;                    \
-    case 7: FN(7, __VA_ARGS__); break;                    \
-    case 6: FN(6, __VA_ARGS__); break;                    \
-    case 5: FN(5, __VA_ARGS__); break;                    \
-    case 4: FN(4, __VA_ARGS__); break;                    \
-    case 3: FN(3, __VA_ARGS__); break;                    \
-    case 2: FN(2, __VA_ARGS__); break;                    \
-    default: FN(1, __VA_ARGS__); break;                   \
-    }
+/* Runs STRIP(rows, i0) over rows [0, m) in strips: full MK_AVX512_MR
+ * strips, then the remainder as strips of 8, 4, 2 and 1 rows, so only five
+ * tile heights are compiled (rows is a constant at every expansion). */
+#define MK_AVX512_STRIPS(m, STRIP)                         \
+    do {                                                   \
+        int64_t i0_ = 0;                                   \
+        for (; i0_ + MK_AVX512_MR <= (m); i0_ += MK_AVX512_MR) \
+            STRIP(MK_AVX512_MR, i0_);                      \
+        for (int h_ = 8; h_ >= 1; h_ /= 2)                 \
+            if ((m) - i0_ >= h_) {                         \
+                if (h_ == 8)                               \
+                    STRIP(8, i0_);                         \
+                else if (h_ == 4)                          \
+                    STRIP(4, i0_);                         \
+                else if (h_ == 2)                          \
+                    STRIP(2, i0_);                         \
+                else                                       \
+                    STRIP(1, i0_);                         \
+                i0_ += h_;                                 \
+            }                                              \
+    } while (0)
 
 #endif
