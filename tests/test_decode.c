@@ -1,5 +1,7 @@
 /*
- * The decode path (Lq = 1 against a long cache), per ISA:
+ * The decode path (Lq = 1 against a long cache, and Lq = 3 and 8: blocks
+ * of up to MK_DECODE_ROWS query rows take the decode kernels too, here
+ * with bottom-right causal masking and a keep-mask), per ISA:
  *  - fp32, fp16 and bf16 K/V against the oracle. The K/V values are drawn
  *    on grids each format holds exactly (k/1024 for binary16, k/128 for
  *    bfloat16), so the oracle sees the very values the library widens and
@@ -44,6 +46,8 @@ typedef struct decode_case {
     int64_t b, h, hkv, lk, d;
     mha_causal causal;
     int lengths; /* use per-batch key lengths */
+    int64_t lq;
+    int keep; /* a [B, 1, Lq, Lk] keep-mask hiding about a fifth of keys */
 } decode_case;
 
 typedef struct decode_data {
@@ -51,6 +55,7 @@ typedef struct decode_data {
     float *q, *k, *v;     /* fp32 values (snapped for half dtypes) */
     float *kraw, *vraw;   /* the unsnapped draws */
     void *kstore, *vstore; /* what the library reads */
+    uint8_t *keep;
     int32_t lengths[4];
     mha_mask mask;
     size_t nq, nkv;
@@ -63,7 +68,7 @@ static void make_data(decode_data *dd, const decode_case *c, mha_dtype dt,
     rng_seed(&r, seed);
     memset(dd, 0, sizeof *dd);
     dd->c = *c;
-    dd->nq = (size_t)(c->b * c->h * c->d);
+    dd->nq = (size_t)(c->b * c->lq * c->h * c->d);
     dd->nkv = (size_t)(c->b * c->lk * c->hkv * c->d);
     dd->q = random_floats(&r, dd->nq);
     dd->kraw = random_floats(&r, dd->nkv);
@@ -85,6 +90,21 @@ static void make_data(decode_data *dd, const decode_case *c, mha_dtype dt,
         }
     }
     dd->mask.causal = c->causal;
+    if (c->keep) {
+        /* Rows padded by 3 bytes of nonzero garbage; one mask per batch,
+         * broadcast over heads. */
+        ptrdiff_t ld = c->lk + 3;
+        size_t bytes = (size_t)(c->b * c->lq * ld);
+        dd->keep = test_alloc(bytes);
+        memset(dd->keep, 0x5a, bytes);
+        for (int64_t i = 0; i < c->b * c->lq; i++)
+            for (int64_t j = 0; j < c->lk; j++)
+                dd->keep[i * ld + j] = rng_uniform(&r) < -0.6f ? 0 : 1;
+        dd->mask.keep = dd->keep;
+        dd->mask.keep_stride_batch = c->lq * ld;
+        dd->mask.keep_stride_head = 0;
+        dd->mask.keep_stride_query = ld;
+    }
     if (c->lengths) {
         for (int64_t b = 0; b < c->b; b++)
             dd->lengths[b] = (int32_t)(b == 0 ? c->lk : (c->lk * (b + 1)) / 5);
@@ -95,7 +115,7 @@ static void make_data(decode_data *dd, const decode_case *c, mha_dtype dt,
 static void free_data(decode_data *dd)
 {
     free(dd->q), free(dd->k), free(dd->v), free(dd->kraw), free(dd->vraw);
-    free(dd->kstore), free(dd->vstore);
+    free(dd->kstore), free(dd->vstore), free(dd->keep);
 }
 
 static mha_attention_args decode_args(decode_data *dd, mha_dtype dt,
@@ -104,11 +124,11 @@ static mha_attention_args decode_args(decode_data *dd, mha_dtype dt,
     const decode_case *c = &dd->c;
     mha_attention_args a;
     memset(&a, 0, sizeof a);
-    a.q = mha_tensor_bshd(dd->q, c->b, 1, c->h, c->d);
+    a.q = mha_tensor_bshd(dd->q, c->b, c->lq, c->h, c->d);
     a.k = mha_tensor_bshd(dd->kstore, c->b, c->lk, c->hkv, c->d);
     a.v = mha_tensor_bshd(dd->vstore, c->b, c->lk, c->hkv, c->d);
     a.k.dtype = a.v.dtype = dt;
-    a.out = mha_tensor_bshd(out, c->b, 1, c->h, c->d);
+    a.out = mha_tensor_bshd(out, c->b, c->lq, c->h, c->d);
     a.mask = &dd->mask;
     a.weights = weights;
     return a;
@@ -119,7 +139,7 @@ static void oracle_on(const decode_data *dd, const float *k, const float *v,
                       double *out)
 {
     const decode_case *c = &dd->c;
-    oracle_dims dims = {c->b, 1, c->lk, c->h, c->hkv, c->d, c->d};
+    oracle_dims dims = {c->b, c->lq, c->lk, c->h, c->hkv, c->d, c->d};
     double *q = test_alloc(dd->nq * sizeof(double));
     double *kd = test_alloc(dd->nkv * sizeof(double));
     double *vd = test_alloc(dd->nkv * sizeof(double));
@@ -138,13 +158,18 @@ static const char *dtype_name(mha_dtype dt)
 }
 
 static const decode_case cases[] = {
-    /* b, h, hkv, lk, d, causal, lengths */
-    {1, 8, 8, 300, 64, MHA_CAUSAL_BOTTOM_RIGHT, 0},
-    {2, 8, 2, 1031, 128, MHA_CAUSAL_BOTTOM_RIGHT, 1},
-    {1, 32, 8, 4099, 128, MHA_CAUSAL_NONE, 0},     /* split-KV, groups of 4 */
-    {3, 8, 1, 2500, 80, MHA_CAUSAL_BOTTOM_RIGHT, 1}, /* group of 8 */
-    {1, 64, 1, 700, 32, MHA_CAUSAL_NONE, 0},     /* group above block_q */
-    {1, 4, 2, 1500, 17, MHA_CAUSAL_TOP_LEFT, 0}, /* top-left: key 0 only */
+    /* b, h, hkv, lk, d, causal, lengths, lq, keep */
+    {1, 8, 8, 300, 64, MHA_CAUSAL_BOTTOM_RIGHT, 0, 1, 0},
+    {2, 8, 2, 1031, 128, MHA_CAUSAL_BOTTOM_RIGHT, 1, 1, 0},
+    {1, 32, 8, 4099, 128, MHA_CAUSAL_NONE, 0, 1, 0}, /* split, groups of 4 */
+    {3, 8, 1, 2500, 80, MHA_CAUSAL_BOTTOM_RIGHT, 1, 1, 0}, /* group of 8 */
+    {1, 64, 1, 700, 32, MHA_CAUSAL_NONE, 0, 1, 0}, /* group above block_q */
+    {1, 4, 2, 1500, 17, MHA_CAUSAL_TOP_LEFT, 0, 1, 0}, /* key 0 only */
+    /* Lq 3 and 8: per-head blocks of 3 / 8 rows, split-KV over 1031 keys;
+     * the causal diagonal and the keep-mask cut into every key block. */
+    {2, 4, 2, 1031, 64, MHA_CAUSAL_BOTTOM_RIGHT, 1, 3, 1},
+    {1, 2, 1, 517, 128, MHA_CAUSAL_BOTTOM_RIGHT, 0, 8, 1},
+    {1, 2, 2, 40, 17, MHA_CAUSAL_BOTTOM_RIGHT, 0, 8, 1}, /* Lk near Lq */
 };
 
 START_TEST(decode_dtypes_vs_oracle)
@@ -172,16 +197,19 @@ START_TEST(decode_dtypes_vs_oracle)
         double ratio = tol_ratio(out, want, dd.nq, TOL_ATTN_ABS, TOL_ATTN_REL,
                                  &at);
         ck_assert_msg(ratio <= 1.0,
-                      "%s %s H=%lld Hkv=%lld Lk=%lld d=%lld: out[%zu] = %g, "
-                      "oracle %g (ratio %g)",
+                      "%s %s H=%lld Hkv=%lld Lq=%lld Lk=%lld d=%lld: "
+                      "out[%zu] = %g, oracle %g (ratio %g)",
                       mha_isa_name(isas[i]), dtype_name(dt),
-                      (long long)c->h, (long long)c->hkv, (long long)c->lk,
-                      (long long)c->d, at, (double)out[at], want[at], ratio);
+                      (long long)c->h, (long long)c->hkv, (long long)c->lq,
+                      (long long)c->lk, (long long)c->d, at, (double)out[at],
+                      want[at], ratio);
         ratio = tol_ratio(out, want_raw, dd.nq, input_tol, 0.0, &at);
         ck_assert_msg(ratio <= 1.0,
-                      "%s %s: out[%zu] = %g is %g from the fp32-input oracle",
-                      mha_isa_name(isas[i]), dtype_name(dt), at,
-                      (double)out[at], fabs(out[at] - want_raw[at]));
+                      "%s %s Lq=%lld: out[%zu] = %g is %g from the "
+                      "fp32-input oracle",
+                      mha_isa_name(isas[i]), dtype_name(dt),
+                      (long long)c->lq, at, (double)out[at],
+                      fabs(out[at] - want_raw[at]));
         mha_engine_destroy(e);
     }
     free(out), free(want), free(want_raw);
@@ -194,7 +222,8 @@ END_TEST
  * oracle. */
 START_TEST(split_matches_unsplit)
 {
-    const decode_case c = {1, 2, 1, 9001, 64, MHA_CAUSAL_BOTTOM_RIGHT, 0};
+    const decode_case c = {1, 2, 1, 9001, 64, MHA_CAUSAL_BOTTOM_RIGHT, 0, 1,
+                           0};
     decode_data dd;
     make_data(&dd, &c, MHA_F32, 77);
     double *want = test_alloc(dd.nq * sizeof(double));
@@ -234,8 +263,8 @@ END_TEST
 START_TEST(split_deterministic_over_threads)
 {
     static const decode_case shapes[] = {
-        {1, 1, 1, 32768, 128, MHA_CAUSAL_BOTTOM_RIGHT, 0},
-        {2, 32, 8, 3000, 64, MHA_CAUSAL_NONE, 1},
+        {1, 1, 1, 32768, 128, MHA_CAUSAL_BOTTOM_RIGHT, 0, 1, 0},
+        {2, 32, 8, 3000, 64, MHA_CAUSAL_NONE, 1, 1, 0},
     };
     const decode_case *c = &shapes[_i];
     mha_dtype dt = _i == 0 ? MHA_F32 : MHA_F16;
