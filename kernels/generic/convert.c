@@ -4,23 +4,22 @@
 
 #include "generic.h"
 
-/* binary16 -> binary32 without branches: move exponent and mantissa into
- * place and rebias; a subnormal (exponent 0) is then off by 2^-14, which one
- * float subtraction of 2^-14 removes exactly; infinities and NaNs get the
- * all-ones exponent. */
+/* binary16 -> binary32 without branches: the 15 bits of exponent and
+ * mantissa, moved into place, read as a float are the value times 2^-112
+ * (a subnormal binary16 lands on a float subnormal), so one exact multiply
+ * by 2^112 rebiases normals and subnormals alike; infinities and NaNs
+ * (exponent 31) get the all-ones exponent instead. Every floating-point
+ * step is unconditional, so the loop vectorises. */
 static inline float f16_to_f32(uint16_t h)
 {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t body = (uint32_t)(h & 0x7FFFu) << 13;
-    uint32_t exp = body & 0x0F800000u;
-    uint32_t bits = body + (112u << 23);
-    bits += exp == 0x0F800000u ? (112u << 23) : 0u;
-    bits += exp == 0 ? (1u << 23) : 0u;
-    float f, magic = 6.103515625e-05f; /* 2^-14 */
-    memcpy(&f, &bits, sizeof f);
-    f = exp == 0 ? f - magic : f;
+    uint32_t body = (uint32_t)(h & 0x7FFFu) << 13, bits;
+    float f;
+    memcpy(&f, &body, sizeof f);
+    f *= 0x1p112f;
     memcpy(&bits, &f, sizeof bits);
-    bits |= sign;
+    uint32_t special = 0u - (uint32_t)((h & 0x7C00u) == 0x7C00u);
+    bits = (bits & ~special) | ((body | 0x7F800000u) & special);
+    bits |= (uint32_t)(h & 0x8000u) << 16;
     memcpy(&f, &bits, sizeof f);
     return f;
 }

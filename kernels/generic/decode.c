@@ -1,47 +1,86 @@
 /* The generic decode kernels: a few query rows against key and value rows
  * read in place, in any element type. Rows are widened 64 elements at a
- * time into a stack buffer; sums run in element order, so a value depends
- * only on its own inputs. */
+ * time into a stack buffer; every sum runs in an order fixed by d alone,
+ * so a value depends only on its own inputs. */
 #include "generic.h"
 
 enum { CHUNK = 64 };
 
-/* Elements [c, c + n) of an element row of type t, as fp32 in y. */
-static void widen(const void *row, mk_dtype t, int64_t c, int64_t n, float *y)
+/* Elements [c, c + n) of a row of type t as fp32: the row itself for
+ * MK_F32, else widened into y. */
+static const float *widen(const void *row, mk_dtype t, int64_t c, int64_t n,
+                          float *y)
 {
-    if (t == MK_F32) {
-        const float *x = (const float *)row + c;
-        for (int64_t i = 0; i < n; i++)
-            y[i] = x[i];
-    } else if (t == MK_F16) {
+    if (t == MK_F32)
+        return (const float *)row + c;
+    if (t == MK_F16)
         mk_generic_cvt_f16((const uint16_t *)row + c, n, y);
-    } else {
+    else
         mk_generic_cvt_bf16((const uint16_t *)row + c, n, y);
-    }
+    return y;
 }
 
 static size_t elem_size(mk_dtype t) { return t == MK_F32 ? 4 : 2; }
+
+/* Rows fetched ahead into L2 (as in the AVX2 kernels): K/V rows of one head
+ * are a page or more apart in [B, L, H, D], where hardware prefetchers
+ * stop, and decode waits on memory. Only with GCC or Clang; never past row
+ * n - 1. */
+enum { AHEAD = 32 };
+
+/* Inlined: GCC's pure-const analysis otherwise finds a function that only
+ * prefetches free of effects and drops its calls. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void prefetch_row(const void *base, ptrdiff_t ld, size_t es,
+                         int64_t j, int64_t n, int64_t width)
+{
+#if defined(__GNUC__)
+    if (j >= n)
+        return;
+    const char *row = (const char *)base + (size_t)(j * ld) * es;
+    size_t bytes = (size_t)width * es;
+    for (size_t off = 0; off < bytes; off += 64)
+        __builtin_prefetch(row + off, 0, 2);
+    __builtin_prefetch(row + bytes - 1, 0, 2);
+#else
+    (void)base, (void)ld, (void)es, (void)j, (void)n, (void)width;
+#endif
+}
+
+/* Dot products keep LANES partial sums (element x adds into sum x % LANES),
+ * added up in a fixed order at the end: independent chains the compiler
+ * can keep in vector registers, the same order for every m and n. */
+enum { LANES = 8 };
+
+static float dot(const float *q, const void *row, mk_dtype t, int64_t d)
+{
+    float kb[CHUNK], a[LANES] = {0.0f};
+    for (int64_t c = 0; c < d; c += CHUNK) {
+        int64_t w = d - c < CHUNK ? d - c : CHUNK, x = 0;
+        const float *kr = widen(row, t, c, w, kb), *qr = q + c;
+        for (; x + LANES <= w; x += LANES)
+            for (int u = 0; u < LANES; u++)
+                a[u] += qr[x + u] * kr[x + u];
+        for (; x < w; x++)
+            a[x % LANES] += qr[x] * kr[x];
+    }
+    float sum = 0.0f;
+    for (int u = 0; u < LANES; u++)
+        sum += a[u];
+    return sum;
+}
 
 void mk_generic_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                           const void *k, mk_dtype kt, ptrdiff_t ldk, int64_t n,
                           int64_t d, float *s, ptrdiff_t lds)
 {
-    float kb[CHUNK];
     for (int64_t j = 0; j < n; j++) {
         const char *row = (const char *)k + (size_t)(j * ldk) * elem_size(kt);
+        prefetch_row(k, ldk, elem_size(kt), j + AHEAD, n, d);
         for (int64_t i = 0; i < m; i++)
-            s[i * lds + j] = 0.0f;
-        for (int64_t c = 0; c < d; c += CHUNK) {
-            int64_t w = d - c < CHUNK ? d - c : CHUNK;
-            widen(row, kt, c, w, kb);
-            for (int64_t i = 0; i < m; i++) {
-                const float *qr = q + i * ldq + c;
-                float acc = s[i * lds + j];
-                for (int64_t x = 0; x < w; x++)
-                    acc += qr[x] * kb[x];
-                s[i * lds + j] = acc;
-            }
-        }
+            s[i * lds + j] = dot(q + i * ldq, row, kt, d);
     }
 }
 
@@ -56,13 +95,14 @@ void mk_generic_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
             o[i * ldo + c] *= alpha[i];
     for (int64_t j = 0; j < n; j++) {
         const char *row = (const char *)v + (size_t)(j * ldv) * elem_size(vt);
+        prefetch_row(v, ldv, elem_size(vt), j + AHEAD, n, dv);
         for (int64_t c = 0; c < dv; c += CHUNK) {
             int64_t w = dv - c < CHUNK ? dv - c : CHUNK;
-            widen(row, vt, c, w, vb);
+            const float *vr = widen(row, vt, c, w, vb);
             for (int64_t i = 0; i < m; i++) {
                 float pij = p[i * ldp + j], *orow = o + i * ldo + c;
                 for (int64_t x = 0; x < w; x++)
-                    orow[x] += pij * vb[x];
+                    orow[x] += pij * vr[x];
             }
         }
     }
