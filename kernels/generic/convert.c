@@ -4,21 +4,27 @@
 
 #include "generic.h"
 
-/* binary16 -> binary32 without branches: the 15 bits of exponent and
- * mantissa, moved into place, read as a float are the value times 2^-112
- * (a subnormal binary16 lands on a float subnormal), so one exact multiply
- * by 2^112 rebiases normals and subnormals alike; infinities and NaNs
- * (exponent 31) get the all-ones exponent instead. Every floating-point
- * step is unconditional, so the loop vectorises. */
+/* binary16 -> binary32 without branches: exponent and mantissa moved into
+ * place and rebiased by integer adds (normals), the all-ones exponent for
+ * infinities and NaNs, and for subnormals (exponent 0) 2^-14 * (1 + m/1024)
+ * minus 2^-14, exact in one float subtraction whose operands and result are
+ * normal floats (so flush-to-zero and denormals-are-zero modes cannot touch
+ * it). The subtraction runs for every value and integer masks pick the
+ * result, so the loop vectorises. */
 static inline float f16_to_f32(uint16_t h)
 {
-    uint32_t body = (uint32_t)(h & 0x7FFFu) << 13, bits;
+    uint32_t body = (uint32_t)(h & 0x7FFFu) << 13;
+    uint32_t exp = h & 0x7C00u;
+    uint32_t normal = body + (112u << 23);
+    uint32_t special = 0u - (uint32_t)(exp == 0x7C00u);
+    uint32_t subnormal = 0u - (uint32_t)(exp == 0);
+    uint32_t bits = body + (113u << 23), sub;
     float f;
-    memcpy(&f, &body, sizeof f);
-    f *= 0x1p112f;
-    memcpy(&bits, &f, sizeof bits);
-    uint32_t special = 0u - (uint32_t)((h & 0x7C00u) == 0x7C00u);
-    bits = (bits & ~special) | ((body | 0x7F800000u) & special);
+    memcpy(&f, &bits, sizeof f);
+    f -= 6.103515625e-05f; /* 2^-14 */
+    memcpy(&sub, &f, sizeof sub);
+    bits = (normal & ~(special | subnormal)) |
+           ((body | 0x7F800000u) & special) | (sub & subnormal);
     bits |= (uint32_t)(h & 0x8000u) << 16;
     memcpy(&f, &bits, sizeof f);
     return f;
