@@ -116,6 +116,11 @@ static void pv_in_place(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     }
 }
 
+/* Rows copy_panel prefetches ahead. */
+#ifndef PV_COPY_AHEAD
+#define PV_COPY_AHEAD 8
+#endif
+
 /* Columns c0..c0+nr-1 of rows 0..jn-1 of v into a 32-wide panel, zeros
  * past nr. */
 static void copy_panel(const float *v, ptrdiff_t ldv, int64_t jn, int64_t nr,
@@ -124,8 +129,12 @@ static void copy_panel(const float *v, ptrdiff_t ldv, int64_t jn, int64_t nr,
     const __mmask16 lo = mk_avx512_first(nr), hi = mk_avx512_first(nr - 16);
     for (int64_t j = 0; j < jn; j++) {
         const float *row = v + j * ldv;
-        if (j + 8 < jn)
-            _mm_prefetch((const char *)(row + 8 * ldv), _MM_HINT_T0);
+        if (j + PV_COPY_AHEAD < jn) {
+            const char *ahead = (const char *)(row + PV_COPY_AHEAD * ldv);
+            _mm_prefetch(ahead, _MM_HINT_T0);
+            if (hi)
+                _mm_prefetch(ahead + 64, _MM_HINT_T0);
+        }
         _mm512_store_ps(panel + j * MK_AVX512_NR,
                         _mm512_maskz_loadu_ps(lo, row));
         _mm512_store_ps(panel + j * MK_AVX512_NR + 16,
