@@ -222,21 +222,24 @@ static float scale_mask_row(float *s, int64_t visible, float scale,
 }
 
 /* Pass 1 without bias or keep: max_j s[j] over the visible keys, NaN
- * ignored, s untouched. Two accumulators hide the latency of max. */
+ * ignored, s untouched. Four accumulators hide the latency of max. */
 static float row_max_unscaled(const float *s, int64_t visible)
 {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __m512 m0 = ninf, m1 = ninf;
+    __m512 m0 = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
     int64_t j = 0;
-    for (; j + 32 <= visible; j += 32) {
+    for (; j + 64 <= visible; j += 64) {
         m0 = _mm512_max_ps(_mm512_loadu_ps(s + j), m0);
         m1 = _mm512_max_ps(_mm512_loadu_ps(s + j + 16), m1);
+        m2 = _mm512_max_ps(_mm512_loadu_ps(s + j + 32), m2);
+        m3 = _mm512_max_ps(_mm512_loadu_ps(s + j + 48), m3);
     }
     for (; j < visible; j += 16)
         m0 = _mm512_max_ps(
             _mm512_mask_loadu_ps(ninf, mk_avx512_first(visible - j), s + j),
             m0);
-    return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+    return _mm512_reduce_max_ps(
+        _mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
 }
 
 /* Pass 2: s[j] = exp(a * s[j] - b) for j < visible (the product rounded
@@ -245,7 +248,14 @@ static float row_max_unscaled(const float *s, int64_t visible)
 static float exp_row(float *s, int64_t visible, int64_t n, __m512 a, __m512 b)
 {
     __m512 sum = _mm512_setzero_ps();
-    for (int64_t j = 0; j < visible; j += 16) {
+    int64_t j = 0;
+    for (; j + 16 <= visible; j += 16) {
+        __m512 e = Sleef_expf16_u10avx512f(
+            _mm512_sub_ps(_mm512_mul_ps(a, _mm512_loadu_ps(s + j)), b));
+        _mm512_storeu_ps(s + j, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    if (j < visible) {
         __mmask16 lanes = mk_avx512_first(visible - j);
         __m512 x = _mm512_maskz_loadu_ps(lanes, s + j);
         __m512 e = _mm512_maskz_mov_ps(
