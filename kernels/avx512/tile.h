@@ -163,23 +163,25 @@ mk_avx512_tile(const int mr, const unsigned flags, int64_t k, const float *a,
 /* Runs STRIP(rows, i0) over rows [0, m) in strips: full MK_AVX512_MR
  * strips, then the remainder as strips of 8, 4, 2 and 1 rows, so only five
  * tile heights are compiled (rows is a constant at every expansion). */
-#define MK_AVX512_STRIPS(m, STRIP)                         \
-    do {                                                   \
-        int64_t i0_ = 0;                                   \
-        for (; i0_ + MK_AVX512_MR <= (m); i0_ += MK_AVX512_MR) \
-            STRIP(MK_AVX512_MR, i0_);                      \
-        for (int h_ = 8; h_ >= 1; h_ /= 2)                 \
-            if ((m) - i0_ >= h_) {                         \
-                if (h_ == 8)                               \
-                    STRIP(8, i0_);                         \
-                else if (h_ == 4)                          \
-                    STRIP(4, i0_);                         \
-                else if (h_ == 2)                          \
-                    STRIP(2, i0_);                         \
-                else                                       \
-                    STRIP(1, i0_);                         \
-                i0_ += h_;                                 \
-            }                                              \
+#define MK_AVX512_STRIPS(m, STRIP)                                      \
+    do {                                                                \
+        int64_t i0_ = 0;                                                \
+        for (; i0_ + MK_AVX512_MR <= (m); i0_ += MK_AVX512_MR)          \
+            STRIP(MK_AVX512_MR, i0_);                                   \
+        if ((m) - i0_ >= 8) {                                           \
+            STRIP(8, i0_);                                              \
+            i0_ += 8;                                                   \
+        }                                                               \
+        if ((m) - i0_ >= 4) {                                           \
+            STRIP(4, i0_);                                              \
+            i0_ += 4;                                                   \
+        }                                                               \
+        if ((m) - i0_ >= 2) {                                           \
+            STRIP(2, i0_);                                              \
+            i0_ += 2;                                                   \
+        }                                                               \
+        if ((m) - i0_ >= 1)                                             \
+            STRIP(1, i0_);                                              \
     } while (0)
 
 #endif
