@@ -59,7 +59,7 @@ int bench_self_check(void)
         {3, 8, 2, 1, 300, 32, MHA_CAUSAL_NONE, BENCH_LAYOUT_BSHD},
     };
     static const mha_isa isas[] = {MHA_ISA_GENERIC, MHA_ISA_AVX2,
-                                   MHA_ISA_NEON};
+                                   MHA_ISA_AVX512, MHA_ISA_NEON};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
         for (size_t a = 0; a < sizeof isas / sizeof isas[0]; ++a) {
             if (!bench_isa_supported(isas[a]))

@@ -524,12 +524,18 @@ void mha_attention_run(const mk_table *t, const mha_problem *p,
     int64_t items = pl.units * pl.chunks, pstride = partial_floats(&pl, p);
     float *partials = scratch_mem;
     float *thread_mem = pl.chunks > 1 ? partials + items * pstride : partials;
+    /* With the head cache and heads enough for every thread, a thread takes
+     * a head's query blocks together, so each head is packed by one thread
+     * (which thread computes an item never changes its result). */
+    int64_t grab = caches_keys(t, p) && pl.units / pl.row_blocks >= 2 * nthreads
+                       ? pl.row_blocks
+                       : 1;
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1 && items > 1)
     {
         scratch sc = thread_scratch(t, p, thread_mem, omp_get_thread_num());
         key_cache cache = {NULL, 0, NULL, 0};
         sc.cache = caches_keys(t, p) ? &cache : NULL;
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, grab)
         for (int64_t it = 0; it < items; it++) {
             row_block rb = make_block(p, &pl, it / pl.chunks);
             int64_t c = it % pl.chunks;

@@ -7,10 +7,6 @@
 
 #include "engine.h"
 
-#ifdef MHA_HAVE_AVX512
-/* kernels/avx512/table.c (declared here until kernels.h lists it). */
-extern const mk_table mk_table_avx512;
-#endif
 
 const char *mha_isa_name(mha_isa isa)
 {

@@ -1028,11 +1028,13 @@ static int check_call(mha_status st, fault_list *f, int huge,
 static mha_engine *make_engine(byte_reader *in, char *desc, size_t n)
 {
     static const int isas[] = {MHA_ISA_AUTO, MHA_ISA_GENERIC, MHA_ISA_AVX2,
-                               MHA_ISA_NEON, 4, -1, 1000, INT_MIN};
+                               MHA_ISA_NEON, MHA_ISA_AVX512, 5, -1, 1000,
+                               INT_MIN};
+    enum { NISA = sizeof isas / sizeof isas[0] };
     static const int threads[] = {0, 1, 2, 3, 4, -1, -8, INT_MIN};
-    unsigned ic = take8(in) % 9, tc = take8(in) % 8;
-    mha_config config = {threads[tc], (mha_isa)(ic < 8 ? isas[ic] : 0)};
-    int null_config = ic == 8;
+    unsigned ic = take8(in) % (NISA + 1), tc = take8(in) % 8;
+    mha_config config = {threads[tc], (mha_isa)(ic < NISA ? isas[ic] : 0)};
+    int null_config = ic == NISA;
     snprintf(desc, n, "isa=%s threads=%d",
              null_config ? "(config NULL)" : mha_isa_name(config.isa),
              config.num_threads);
@@ -1041,7 +1043,7 @@ static mha_engine *make_engine(byte_reader *in, char *desc, size_t n)
     mha_status st = mha_engine_create(null_config ? NULL : &config, &engine);
     check_status_known(st);
     int isa_ok = null_config || (config.isa >= MHA_ISA_AUTO &&
-                                 config.isa <= MHA_ISA_NEON);
+                                 config.isa <= MHA_ISA_AVX512);
     int threads_ok = null_config || config.num_threads >= 0;
     if (!isa_ok || !threads_ok) {
         REQUIRE(st == MHA_ERR_BAD_ARGUMENT || st == MHA_ERR_UNSUPPORTED);
@@ -1061,7 +1063,7 @@ static mha_engine *make_engine(byte_reader *in, char *desc, size_t n)
     }
     REQUIRE(engine != NULL && engine != untouched);
     mha_isa got = mha_engine_isa(engine);
-    REQUIRE(got >= MHA_ISA_GENERIC && got <= MHA_ISA_NEON);
+    REQUIRE(got >= MHA_ISA_GENERIC && got <= MHA_ISA_AVX512);
     REQUIRE(null_config || config.isa == MHA_ISA_AUTO || got == config.isa);
     REQUIRE(mha_engine_num_threads(engine) ==
             (null_config ? 0 : config.num_threads));

@@ -97,7 +97,7 @@ MHA_API mha_status mha_engine_create(const mha_config *config, mha_engine **engi
 MHA_API void mha_engine_destroy(mha_engine *engine); /* NULL is a no-op */
 MHA_API mha_isa mha_engine_isa(const mha_engine *engine);
 MHA_API int mha_engine_num_threads(const mha_engine *engine);
-/* "generic", "avx2", "neon", "auto"; "unknown" for other values. */
+/* "generic", "avx2", "avx512", "neon", "auto"; "unknown" for other values. */
 MHA_API const char *mha_isa_name(mha_isa isa);
 
 /* ------------------------------------------------------------------ */

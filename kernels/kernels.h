@@ -82,7 +82,7 @@ typedef enum mk_dtype { MK_F32 = 0, MK_F16 = 1, MK_BF16 = 2 } mk_dtype;
 #define MK_DECODE_ROWS 8
 
 typedef struct mk_table {
-    const char *name; /* "generic", "avx2", "neon" */
+    const char *name; /* "generic", "avx2", "avx512", "neon" */
 
     /* Attention tile: query rows per block and keys per block. */
     int64_t block_q;
@@ -144,10 +144,12 @@ typedef struct mk_table {
 } mk_table;
 
 /* The static tables. mk_table_avx2 exists only when the build defines
- * MHA_HAVE_AVX2, mk_table_neon only with MHA_HAVE_NEON. Whether the CPU can
+ * MHA_HAVE_AVX2, mk_table_avx512 only with MHA_HAVE_AVX512, mk_table_neon
+ * only with MHA_HAVE_NEON. Whether the CPU can
  * run a table is the engine's question. */
 extern const mk_table mk_table_generic;
 extern const mk_table mk_table_avx2;
+extern const mk_table mk_table_avx512;
 extern const mk_table mk_table_neon;
 
 #ifdef __cplusplus

@@ -6,8 +6,6 @@
 
 #include "kernels.h"
 
-extern const mk_table mk_table_avx512;
-
 /* pack.c: the transpose of x (n rows of depth k, row stride ldx) as panels
  * of 32 columns: x[32q + j][p] at 32*k*q + 32*p + j, zeros past n. */
 size_t mk_avx512_panels_floats(int64_t n, int64_t k);
