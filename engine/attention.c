@@ -103,7 +103,9 @@ static int scratch_parts(const mk_table *t, const mha_problem *p,
 {
     int64_t bq = t->block_q, bk = t->block_k;
     int64_t keys = caches_keys(t, p) ? (p->lk + bk - 1) / bk * bk : bk;
-    size_t kp = t->packed_k_floats(keys, p->d);
+    /* Decode reads K and V in place: nothing packed or widened. */
+    int decode = make_plan(t, p).decode;
+    size_t kp = decode ? 0 : t->packed_k_floats(keys, p->d);
     if (!mha_mul_ok(bq, bk, &parts[0]) || kp > (size_t)INT64_MAX / 2 ||
         !mha_mul_ok(bq, p->dv, &parts[2]))
         return 0;
@@ -112,8 +114,9 @@ static int scratch_parts(const mk_table *t, const mha_problem *p,
         parts[i] = bq;
     parts[7] = parts[8] = 0;
     int64_t values = caches_keys(t, p) ? keys : p->v_dtype != MHA_F32 ? bk : 0;
-    if ((p->k_dtype != MHA_F32 && !mha_mul_ok(bk, p->d, &parts[7])) ||
-        !mha_mul_ok(values, p->dv, &parts[8]))
+    if (!decode && ((p->k_dtype != MHA_F32 &&
+                     !mha_mul_ok(bk, p->d, &parts[7])) ||
+                    !mha_mul_ok(values, p->dv, &parts[8])))
         return 0;
     for (int i = 0; i < NPARTS; i++) {
         if (parts[i] > INT64_MAX - 16)
