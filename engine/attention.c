@@ -22,9 +22,16 @@ _Static_assert(MK_F32 == (int)MHA_F32 && MK_F16 == (int)MHA_F16 &&
 #define SPLIT_TARGET_ITEMS 64
 #define SPLIT_MIN_KEYS 512
 
+/* Decode over K/V rows at least a page apart (a [B, L, H, D] cache): keys
+ * in chunks of this many, taken chunk by chunk across the heads of a batch
+ * (see make_plan). */
+#define PAGED_CHUNK_KEYS 256
+#define PAGE_BYTES 4096
+
 typedef struct {
     int grouped;        /* rows are query heads of one kv group (Lq == 1) */
     int decode;         /* rows <= MK_DECODE_ROWS: K and V read in place */
+    int key_major;      /* items run chunk by chunk across a batch's heads */
     int64_t group;      /* query heads per kv head */
     int64_t rows;       /* rows per block: block_q */
     int64_t row_blocks; /* per (batch, head) or per (batch, kv head) */
@@ -53,6 +60,21 @@ static plan make_plan(const mk_table *t, const mha_problem *p)
         pl.chunks = want < most ? want : most;
         if (pl.chunks < 1)
             pl.chunks = 1;
+    }
+    /* Decode with each key row a page or more from the next: every row is
+     * a TLB entry, and a head's whole cache outgrows the TLB. Short chunks
+     * taken across the heads of a batch reuse a chunk's pages (and the
+     * neighbouring heads' lines the prefetchers brought in) while they are
+     * hot: (8,32,1,2048,128) fp32 2 threads 17.7-18.0 -> 19.0-19.4 GB/s,
+     * (1,32,1,4096,128) 24.5-24.8 -> 28.6-29.0. Shape and strides decide,
+     * never the thread count. */
+    pl.key_major = 0;
+    if (pl.decode && !p->weights &&
+        p->k_ss >= (int64_t)(PAGE_BYTES / mha_dtype_size(p->k_dtype))) {
+        int64_t paged = (p->lk + PAGED_CHUNK_KEYS - 1) / PAGED_CHUNK_KEYS;
+        if (paged > pl.chunks)
+            pl.chunks = paged;
+        pl.key_major = pl.chunks > 1;
     }
     int64_t bk = t->block_k;
     pl.chunk_len = ((p->lk + pl.chunks - 1) / pl.chunks + bk - 1) / bk * bk;
@@ -540,8 +562,13 @@ void mha_attention_run(const mk_table *t, const mha_problem *p,
         sc.cache = caches_keys(t, p) ? &cache : NULL;
 #pragma omp for schedule(dynamic, grab)
         for (int64_t it = 0; it < items; it++) {
-            row_block rb = make_block(p, &pl, it / pl.chunks);
-            int64_t c = it % pl.chunks;
+            int64_t unit = it / pl.chunks, c = it % pl.chunks;
+            if (pl.key_major) { /* (batch, chunk, unit of the batch) */
+                int64_t per_batch = pl.units / p->batch;
+                c = it / per_batch % pl.chunks;
+                unit = it / (per_batch * pl.chunks) * per_batch + it % per_batch;
+            }
+            row_block rb = make_block(p, &pl, unit);
             int64_t k0 = c * pl.chunk_len;
             int64_t k1 = k0 + pl.chunk_len < rb.key_end ? k0 + pl.chunk_len
                                                         : rb.key_end;
@@ -551,7 +578,7 @@ void mha_attention_run(const mk_table *t, const mha_problem *p,
                              rb.ldo);
                 continue;
             }
-            float *part = partials + it * pstride;
+            float *part = partials + (unit * pl.chunks + c) * pstride;
             float *o = part, *m = o + pl.rows * p->dv, *l = m + pl.rows;
             stream_keys(t, p, &rb, &sc, k0, k1 > k0 ? k1 : k0, o, m, l);
         }

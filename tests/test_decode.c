@@ -165,6 +165,9 @@ static const decode_case cases[] = {
     {3, 8, 1, 2500, 80, MHA_CAUSAL_BOTTOM_RIGHT, 1, 1, 0}, /* group of 8 */
     {1, 64, 1, 700, 32, MHA_CAUSAL_NONE, 0, 1, 0}, /* group above block_q */
     {1, 4, 2, 1500, 17, MHA_CAUSAL_TOP_LEFT, 0, 1, 0}, /* key 0 only */
+    /* Key rows 8 KiB (fp32) / 4 KiB (half) apart: short chunks taken
+     * across the heads of each batch (the engine's key-major order). */
+    {2, 16, 16, 700, 128, MHA_CAUSAL_BOTTOM_RIGHT, 1, 1, 0},
     /* Lq 3 and 8: per-head blocks of 3 / 8 rows, split-KV over 1031 keys;
      * the causal diagonal and the keep-mask cut into every key block. */
     {2, 4, 2, 1031, 64, MHA_CAUSAL_BOTTOM_RIGHT, 1, 3, 1},
@@ -264,7 +267,7 @@ START_TEST(split_deterministic_over_threads)
 {
     static const decode_case shapes[] = {
         {1, 1, 1, 32768, 128, MHA_CAUSAL_BOTTOM_RIGHT, 0, 1, 0},
-        {2, 32, 8, 3000, 64, MHA_CAUSAL_NONE, 1, 1, 0},
+        {2, 32, 16, 1500, 128, MHA_CAUSAL_NONE, 1, 1, 0}, /* key-major */
     };
     const decode_case *c = &shapes[_i];
     mha_dtype dt = _i == 0 ? MHA_F32 : MHA_F16;
