@@ -1352,8 +1352,10 @@ static void attention_model(attention_case *c, const mha_engine *engine,
     }
     if (wn > 0 && c->want_weights && wn > MAX_ELEMS)
         *huge = 1;
+    const wide dims_qo = (wide)q->dim + o->dim;
     const int64_t work[5] = {q->batch, q->heads, q->seq, k->seq,
-                             q->dim + o->dim};
+                             dims_qo > INT64_MAX ? INT64_MAX
+                                                 : (int64_t)dims_qo};
     if (product(work, 5) > MAX_WORK)
         *huge = 1;
 }
@@ -1747,7 +1749,10 @@ static void layer_forward_model(layer_case *c, fault_list *f, int *huge)
     if (nq > MAX_ELEMS || nk > MAX_ELEMS || nv > MAX_ELEMS ||
         (c->want_weights && nw > MAX_ELEMS))
         *huge = 1;
-    const int64_t work[4] = {B, Lq > Lk ? Lq : Lk, E, E + kd + vd + Lk};
+    /* The sum in 128 bits: a fuzzed Lk or kdim may be near INT64_MAX. */
+    const wide widths = (wide)E + kd + vd + Lk;
+    const int64_t work[4] = {B, Lq > Lk ? Lq : Lk, E,
+                             widths > INT64_MAX ? INT64_MAX : (int64_t)widths};
     if (product(work, 4) > MAX_WORK)
         *huge = 1;
 }
