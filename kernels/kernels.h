@@ -22,6 +22,7 @@
 #ifndef MHA_KERNELS_H
 #define MHA_KERNELS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -80,6 +81,19 @@ typedef enum mk_dtype { MK_F32 = 0, MK_F16 = 1, MK_BF16 = 2 } mk_dtype;
  * values are read in place (any element type, widened in registers), not
  * packed, so a key or value byte travels from memory once. */
 #define MK_DECODE_ROWS 8
+
+/* A row's running max after a block whose scaled, masked maximum is bmax,
+ * as softmax_update defines it: max(old, bmax); when that is -inf, NaN if
+ * a visible score is NaN (it must propagate), else -inf: the row is still
+ * empty (P = 0, alpha = 1). */
+static inline float mk_row_next_max(const float *row, int64_t visible,
+                                    float bmax, float old)
+{
+    float mnew = bmax > old ? bmax : old;
+    if (mnew == -INFINITY && mk_row_has_nan(row, visible))
+        mnew = NAN; /* every visible score is NaN */
+    return mnew;
+}
 
 typedef struct mk_table {
     const char *name; /* "generic", "avx2", "avx512", "neon" */

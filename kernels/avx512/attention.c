@@ -317,14 +317,11 @@ void mk_avx512_softmax_update_16(float *s, ptrdiff_t lds, int64_t m,
                     mask->keep ? mask->keep + i * mask->keep_ld : NULL;
                 bmax = scale_mask_row(row, visible, scale, bias, keep);
             }
-            float mnew = bmax > row_max[i] ? bmax : row_max[i];
+            float mnew = mk_row_next_max(row, visible, bmax, row_max[i]);
             if (mnew == -INFINITY) {
-                if (!mk_row_has_nan(row, visible)) {
-                    memset(row, 0, (size_t)n * sizeof *row);
-                    empty[r] = 1;
-                    continue;
-                }
-                mnew = NAN; /* every visible score is NaN: propagate it */
+                memset(row, 0, (size_t)n * sizeof *row);
+                empty[r] = 1;
+                continue;
             }
             sum[r] = exp_row(row, visible, n,
                              _mm512_set1_ps(unscaled ? scale : 1.0f),

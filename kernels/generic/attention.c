@@ -91,15 +91,12 @@ static void generic_softmax_update(float *s, ptrdiff_t lds, int64_t m,
     for (int64_t i = 0; i < m; i++) {
         float *row = s + i * lds;
         float bmax = scale_mask_row(row, i, n, scale, mask);
-        float mnew = bmax > row_max[i] ? bmax : row_max[i];
+        float mnew = mk_row_next_max(row, n, bmax, row_max[i]);
         if (mnew == -INFINITY) {
-            if (!mk_row_has_nan(row, n)) {
-                for (int64_t j = 0; j < n; j++)
-                    row[j] = 0.0f;
-                alpha[i] = 1.0f;
-                continue;
-            }
-            mnew = NAN; /* every visible score is NaN: propagate it */
+            for (int64_t j = 0; j < n; j++)
+                row[j] = 0.0f;
+            alpha[i] = 1.0f;
+            continue;
         }
         float sum = 0.0f;
         for (int64_t j = 0; j < n; j++) {

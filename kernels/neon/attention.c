@@ -126,14 +126,11 @@ static void mk_neon_softmax_update(float *s, ptrdiff_t lds, int64_t m,
         const uint8_t *keep =
             mask->keep ? mask->keep + i * mask->keep_ld : NULL;
         float bmax = scale_mask_row(row, bias, keep, visible, scale);
-        float mnew = bmax > row_max[i] ? bmax : row_max[i];
+        float mnew = mk_row_next_max(row, visible, bmax, row_max[i]);
         if (mnew == -INFINITY) {
-            if (!mk_row_has_nan(row, visible)) {
-                memset(row, 0, (size_t)n * sizeof *row);
-                alpha[i] = 1.0f;
-                continue;
-            }
-            mnew = NAN; /* every visible score is NaN: propagate it */
+            memset(row, 0, (size_t)n * sizeof *row);
+            alpha[i] = 1.0f;
+            continue;
         }
         float sum = exp_row(row, visible, mnew);
         memset(row + visible, 0, (size_t)(n - visible) * sizeof *row);
