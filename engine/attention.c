@@ -13,12 +13,12 @@
 
 #include "engine.h"
 
-/* Split the keys until there are this many items (a fixed number, not the
- * thread count), with chunks of at least SPLIT_MIN_KEYS keys. */
 _Static_assert(MK_F32 == (int)MHA_F32 && MK_F16 == (int)MHA_F16 &&
                    MK_BF16 == (int)MHA_BF16,
                "mk_dtype mirrors mha_dtype");
 
+/* Split the keys until there are this many items (a fixed number, not the
+ * thread count), with chunks of at least SPLIT_MIN_KEYS keys. */
 #define SPLIT_TARGET_ITEMS 64
 #define SPLIT_MIN_KEYS 512
 
@@ -110,8 +110,6 @@ enum { NPARTS = 9 };
 
 static int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 
-/* Floats of each per-thread part, in order; 0 on overflow. */
-
 /* Whether a thread keeps a whole head's packed keys: when several query
  * blocks read the same keys (memory stays O(Lk d) per thread). */
 static int caches_keys(const mk_table *t, const mha_problem *p)
@@ -120,11 +118,13 @@ static int caches_keys(const mk_table *t, const mha_problem *p)
     return pl.chunks == 1 && pl.row_blocks > 1 && !pl.decode;
 }
 
+/* Floats of each per-thread part, in order; 0 on overflow. */
 static int scratch_parts(const mk_table *t, const mha_problem *p,
                          int64_t parts[NPARTS])
 {
     int64_t bq = t->block_q, bk = t->block_k;
-    int64_t keys = caches_keys(t, p) ? (p->lk + bk - 1) / bk * bk : bk;
+    int cache = caches_keys(t, p);
+    int64_t keys = cache ? (p->lk + bk - 1) / bk * bk : bk;
     /* Decode reads K and V in place: nothing packed or widened. */
     int decode = make_plan(t, p).decode;
     size_t kp = decode ? 0 : t->packed_k_floats(keys, p->d);
@@ -135,7 +135,7 @@ static int scratch_parts(const mk_table *t, const mha_problem *p,
     for (int i = 3; i < 7; i++)
         parts[i] = bq;
     parts[7] = parts[8] = 0;
-    int64_t values = caches_keys(t, p) ? keys : p->v_dtype != MHA_F32 ? bk : 0;
+    int64_t values = cache ? keys : p->v_dtype != MHA_F32 ? bk : 0;
     if (!decode && ((p->k_dtype != MHA_F32 &&
                      !mha_mul_ok(bk, p->d, &parts[7])) ||
                     !mha_mul_ok(values, p->dv, &parts[8])))
@@ -374,13 +374,13 @@ static void score_block(const mk_table *t, const mha_problem *p,
                         int64_t k0, int64_t nk, float *row_sum)
 {
     mk_mask mk = block_mask(rb, k0, nk);
+    int64_t lds = key_block(t, rb);
     if (rb->decode) {
         size_t ks = mha_dtype_size(p->k_dtype);
-        t->decode_qk(rb->q, rb->ldq, rb->rows, rb->k + (size_t)(k0 * p->k_ss) * ks,
-                     (mk_dtype)p->k_dtype, p->k_ss, nk, p->d, sc->s,
-                     key_block(t, rb));
-        t->softmax_update(sc->s, key_block(t, rb), rb->rows, nk, p->scale,
-                          &mk, m,
+        t->decode_qk(rb->q, rb->ldq, rb->rows,
+                     rb->k + (size_t)(k0 * p->k_ss) * ks, (mk_dtype)p->k_dtype,
+                     p->k_ss, nk, p->d, sc->s, lds);
+        t->softmax_update(sc->s, lds, rb->rows, nk, p->scale, &mk, m,
                           row_sum, sc->alpha);
         return;
     }
@@ -407,9 +407,9 @@ static void score_block(const mk_table *t, const mha_problem *p,
                                   p->d, sc->kw, &ldk);
         t->pack_k(k, ldk, nk, p->d, kp);
     }
-    t->qk(rb->q, rb->ldq, rb->rows, kp, nk, p->d, sc->s, t->block_k);
-    t->softmax_update(sc->s, t->block_k, rb->rows, nk, p->scale, &mk, m,
-                      row_sum, sc->alpha);
+    t->qk(rb->q, rb->ldq, rb->rows, kp, nk, p->d, sc->s, lds);
+    t->softmax_update(sc->s, lds, rb->rows, nk, p->scale, &mk, m, row_sum,
+                      sc->alpha);
 }
 
 /* One key block through the row block: scores, probabilities (weights
@@ -552,14 +552,15 @@ void mha_attention_run(const mk_table *t, const mha_problem *p,
     /* With the head cache and heads enough for every thread, a thread takes
      * a head's query blocks together, so each head is packed by one thread
      * (which thread computes an item never changes its result). */
-    int64_t grab = caches_keys(t, p) && pl.units / pl.row_blocks >= 2 * nthreads
+    int cache_heads = caches_keys(t, p);
+    int64_t grab = cache_heads && pl.units / pl.row_blocks >= 2 * nthreads
                        ? pl.row_blocks
                        : 1;
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1 && items > 1)
     {
         scratch sc = thread_scratch(t, p, thread_mem, omp_get_thread_num());
         key_cache cache = {NULL, 0, NULL, 0};
-        sc.cache = caches_keys(t, p) ? &cache : NULL;
+        sc.cache = cache_heads ? &cache : NULL;
 #pragma omp for schedule(dynamic, grab)
         for (int64_t it = 0; it < items; it++) {
             int64_t unit = it / pl.chunks, c = it % pl.chunks;
