@@ -75,18 +75,25 @@ MHA_API const char *mha_last_error(void);
 /* ------------------------------------------------------------------ */
 /* Engine                                                              */
 
+/* Values are stable; mha_isas() lists every ISA this build knows. */
 typedef enum mha_isa {
-    MHA_ISA_AUTO = 0, /* best available; MHA_ISA=generic|avx2|neon|avx512
-                         overrides */
+    MHA_ISA_AUTO = 0, /* best available; the MHA_ISA variable (a name of
+                         mha_isa_name) overrides */
     MHA_ISA_GENERIC = 1,
     MHA_ISA_AVX2 = 2, /* x86-64 AVX2 + FMA */
     MHA_ISA_NEON = 3, /* AArch64 Advanced SIMD */
     MHA_ISA_AVX512 = 4 /* x86-64 AVX-512F/BW/VL/DQ + FMA */
 } mha_isa;
 
+/* The most threads one call uses. A config asking for more is refused
+ * (MHA_ERR_BAD_ARGUMENT); OpenMP's default (OMP_NUM_THREADS) is clamped to
+ * it. A call never runs more threads than it has work items. */
+#define MHA_MAX_THREADS 1024
+
 /* Zero-initialised (or a NULL pointer) means defaults. */
 typedef struct mha_config {
-    int num_threads; /* 0: OpenMP's default; > 0: exactly that many */
+    int num_threads; /* 0: OpenMP's default (at most MHA_MAX_THREADS);
+                        1..MHA_MAX_THREADS: exactly that many at most */
     mha_isa isa;     /* MHA_ISA_AUTO: detect (or the MHA_ISA variable) */
 } mha_config;
 
@@ -99,6 +106,17 @@ MHA_API mha_isa mha_engine_isa(const mha_engine *engine);
 MHA_API int mha_engine_num_threads(const mha_engine *engine);
 /* "generic", "avx2", "avx512", "neon", "auto"; "unknown" for other values. */
 MHA_API const char *mha_isa_name(mha_isa isa);
+/* Every ISA this version of libmha knows (never MHA_ISA_AUTO), best first:
+ * the order MHA_ISA_AUTO tries them in. Sets *count (when not NULL) to the
+ * number of entries; the array is static. Includes ISAs the build or the
+ * CPU lacks: ask mha_isa_available. */
+MHA_API const mha_isa *mha_isas(size_t *count);
+/* MHA_OK and *isa for a name of mha_isa_name ("auto" included); else
+ * MHA_ERR_BAD_ARGUMENT with a message naming the known names. */
+MHA_API mha_status mha_isa_from_name(const char *name, mha_isa *isa);
+/* 1 when this build has the ISA's kernels and this CPU runs them (an engine
+ * created with it succeeds); 0 otherwise, and for MHA_ISA_AUTO. */
+MHA_API int mha_isa_available(mha_isa isa);
 
 /* ------------------------------------------------------------------ */
 /* Tensors                                                             */
@@ -112,6 +130,30 @@ typedef enum mha_dtype {
     MHA_BF16 = 2 /* bfloat16, as uint16_t */
 } mha_dtype;
 
+/* Bytes of one element: 4, 2, 2; 0 for a value that is not an mha_dtype. */
+MHA_API size_t mha_dtype_size(mha_dtype dtype);
+/* "f32", "f16", "bf16"; "unknown" for other values. */
+MHA_API const char *mha_dtype_name(mha_dtype dtype);
+
+/* Conversions between fp32 and the half-precision storage types, n
+ * elements. Narrowing rounds to nearest, ties to even; values past the
+ * range become infinities; NaN stays NaN (quiet, sign kept). Widening is
+ * exact. x and y must not overlap. */
+MHA_API void mha_f32_to_f16(const float *x, size_t n, uint16_t *y);
+MHA_API void mha_f32_to_bf16(const float *x, size_t n, uint16_t *y);
+MHA_API void mha_f16_to_f32(const uint16_t *x, size_t n, float *y);
+MHA_API void mha_bf16_to_f32(const uint16_t *x, size_t n, float *y);
+
+/* Per-row or per-tensor scales of a quantised tensor: element (b, s, h) of
+ * a logical [batch, seq, heads] array of floats at data + b*stride_batch +
+ * s*stride_seq + h*stride_head (0 broadcasts: one scale per tensor is all
+ * strides 0). Reserved for quantised dtypes; no dtype of this version
+ * takes a scale, so data must be NULL (MHA_ERR_UNSUPPORTED otherwise). */
+typedef struct mha_scales {
+    const float *data;
+    int64_t stride_batch, stride_seq, stride_head;
+} mha_scales;
+
 /* A logical [batch, seq, heads, dim] array of dtype elements (MHA_F32
  * unless set otherwise). Strides count elements; the
  * dim axis is contiguous. Any non-negative strides are accepted for inputs
@@ -121,6 +163,7 @@ typedef struct mha_tensor {
     int64_t batch, seq, heads, dim;
     int64_t stride_batch, stride_seq, stride_head;
     mha_dtype dtype;
+    mha_scales scales; /* zero: none (the only form this version takes) */
 } mha_tensor;
 
 /* Packed [B, S, H, D] (PyTorch batch_first, heads split from E). */

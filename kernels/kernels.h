@@ -8,11 +8,11 @@
  * row stride may be 0 (a broadcast row) or smaller than the row; only
  * outputs need ld >= their width.
  *
- * Each ISA has one static table. It sets the slots it speeds up and leaves
- * the others NULL; the engine copies the generic table and overrides it with
- * the non-NULL slots, so a missing kernel falls back instead of crashing.
- * Tile sizes travel in the same table as the kernels that need them: an ISA
- * that sets qk or pack_k sets block_q and block_k too (0 = keep generic's).
+ * Each ISA fills a table through its initialiser (below), which starts
+ * from its base ISA's table and overrides the slots it speeds up. Tile
+ * sizes travel in the same table as the kernels that need them: an ISA
+ * that sets qk or pack sets block_q and block_k too. Kernel names follow
+ * mk_<isa>_<op>[_<tile>] (docs/design.md, "kernel contract").
  *
  * Determinism contract: given the same table, the value a kernel writes for
  * one element depends only on the inputs of that element, never on m, n, or
@@ -30,36 +30,74 @@
 extern "C" {
 #endif
 
+/* ---- Element types ---------------------------------------------------- */
+
+/* Storage types of keys and values (the values match mha_dtype). Every
+ * switch over it is exhaustive (-Wswitch-enum): a new dtype is a compile
+ * error wherever it needs a case, never a silent fall-through. */
+typedef enum mk_dtype {
+    MK_F32 = 0,
+    MK_F16 = 1,  /* IEEE binary16 */
+    MK_BF16 = 2, /* bfloat16 */
+    MK_DTYPE_COUNT
+} mk_dtype;
+
+/* Bytes of one element; 0 for a value outside the enum. */
+static inline size_t mk_dtype_size(mk_dtype t)
+{
+    switch (t) {
+    case MK_F32: return 4;
+    case MK_F16: return 2;
+    case MK_BF16: return 2;
+    case MK_DTYPE_COUNT: break;
+    }
+    return 0;
+}
+
+/* ---- Masks -------------------------------------------------------------- */
+
 /* The mask of one (query block x key block) tile, in block coordinates:
- * row i, column j of the tile. Key j is visible to query i iff
- *   j <= i + causal_diag,   j < key_limit,
- *   keep == NULL || keep[i * keep_ld + j] != 0,
- * and the additive term bias[i * bias_ld + j] is added to its scaled score
- * when bias != NULL. A row stride of 0 broadcasts one row to all rows. */
+ * row i, column j of the tile. Row i sees the columns of one range
+ * [lo_i, hi_i) (mk_visible_range):
+ *   lo_i = max(0, i + diag_lo)                 (MK_NO_DIAG_LO: 0)
+ *   hi_i = min(n, key_limit, i + diag_hi + 1)  (MK_NO_DIAG_HI: no diagonal)
+ * and inside it key j is masked when keep != NULL && keep[i*keep_ld + j] == 0.
+ * bias[i * bias_ld + j] is added to the scaled score when bias != NULL.
+ * A row stride of 0 broadcasts one row to all rows. diag_hi is the causal
+ * diagonal; diag_lo the left edge of a sliding window (docs/design.md,
+ * "mask model"). */
 typedef struct mk_mask {
     const uint8_t *keep;
     ptrdiff_t keep_ld;
     const float *bias;
     ptrdiff_t bias_ld;
-    int64_t causal_diag; /* MK_NO_CAUSAL when there is no causal mask */
-    int64_t key_limit;   /* >= n when no key-length mask applies */
+    int64_t diag_lo;   /* MK_NO_DIAG_LO when nothing hides keys on the left */
+    int64_t diag_hi;   /* MK_NO_DIAG_HI when there is no causal diagonal */
+    int64_t key_limit; /* >= n when no key-length mask applies */
 } mk_mask;
 
-#define MK_NO_CAUSAL INT64_MAX
+#define MK_NO_DIAG_LO INT64_MIN
+#define MK_NO_DIAG_HI INT64_MAX
 
-/* Columns [0, result) of row i of an n-column tile are the ones neither the
- * causal diagonal nor the key limit hides; the rest are masked. */
-static inline int64_t mk_visible_columns(const mk_mask *mask, int64_t i,
-                                         int64_t n)
+/* The visible columns [*lo, *hi) of row i of an n-column tile; *lo >= *hi
+ * means the row sees nothing in this tile. 0 <= *lo and *hi <= n. */
+static inline void mk_visible_range(const mk_mask *mask, int64_t i, int64_t n,
+                                    int64_t *lo, int64_t *hi)
 {
-    int64_t visible = n;
-    if (mask->causal_diag != MK_NO_CAUSAL && i + mask->causal_diag + 1 < n) {
-        int64_t end = i + mask->causal_diag + 1;
-        visible = end < 0 ? 0 : end;
-    }
-    if (mask->key_limit < visible)
-        visible = mask->key_limit < 0 ? 0 : mask->key_limit;
-    return visible;
+    int64_t h = n;
+    if (mask->diag_hi != MK_NO_DIAG_HI && i + mask->diag_hi + 1 < h)
+        h = i + mask->diag_hi + 1;
+    if (mask->key_limit < h)
+        h = mask->key_limit;
+    int64_t l = 0;
+    if (mask->diag_lo != MK_NO_DIAG_LO && i + mask->diag_lo > 0)
+        l = i + mask->diag_lo;
+    if (h < 0)
+        h = 0;
+    if (l > h)
+        l = h;
+    *lo = l;
+    *hi = h;
 }
 
 /* Whether a scaled, masked score row holds a NaN. A row whose maximum is
@@ -73,98 +111,118 @@ static inline int mk_row_has_nan(const float *row, int64_t n)
     return nan;
 }
 
-/* Element types of keys and values as the decode kernels read them (the
- * values match mha_dtype). */
-typedef enum mk_dtype { MK_F32 = 0, MK_F16 = 1, MK_BF16 = 2 } mk_dtype;
+/* A row's running max after a block whose scaled, masked maximum over the
+ * n visible scores at row is bmax, as softmax_update defines it:
+ * max(old, bmax); when that is -inf, NaN if a visible score is NaN (it must
+ * propagate), else -inf: the row is still empty (P = 0, alpha = 1). */
+static inline float mk_row_next_max(const float *row, int64_t n, float bmax,
+                                    float old)
+{
+    float mnew = bmax > old ? bmax : old;
+    if (mnew == -INFINITY && mk_row_has_nan(row, n))
+        mnew = NAN; /* every visible score is NaN */
+    return mnew;
+}
 
 /* Blocks of at most this many query rows take the decode kernels: keys and
  * values are read in place (any element type, widened in registers), not
  * packed, so a key or value byte travels from memory once. */
 #define MK_DECODE_ROWS 8
 
-/* A row's running max after a block whose scaled, masked maximum is bmax,
- * as softmax_update defines it: max(old, bmax); when that is -inf, NaN if
- * a visible score is NaN (it must propagate), else -inf: the row is still
- * empty (P = 0, alpha = 1). */
-static inline float mk_row_next_max(const float *row, int64_t visible,
-                                    float bmax, float old)
-{
-    float mnew = bmax > old ? bmax : old;
-    if (mnew == -INFINITY && mk_row_has_nan(row, visible))
-        mnew = NAN; /* every visible score is NaN */
-    return mnew;
-}
+/* ---- The kernel types, declared once ----------------------------------- */
+
+/* Floats of scratch pack needs for n rows of depth k. */
+typedef size_t mk_packed_floats_fn(int64_t n, int64_t k);
+/* Packs n rows of x (row stride ldx, depth k) into the panel layout qk and
+ * linear read (keys for qk, nn.Linear weight rows for linear). For n0 a
+ * multiple of block_k, packed_floats(n0, k) is where row n0's panel starts
+ * in a pack of more rows (the engine packs a head once and reuses it). */
+typedef void mk_pack_fn(const float *x, ptrdiff_t ldx, int64_t n, int64_t k,
+                        float *packed);
+/* s[i][j] = sum_p q[i][p] * K[j][p] for i < m, j < n (unscaled), K packed. */
+typedef void mk_qk_fn(const float *q, ptrdiff_t ldq, int64_t m,
+                      const float *kp, int64_t n, int64_t d, float *s,
+                      ptrdiff_t lds);
+/* The fused scale + mask + online softmax step over an m x n score tile.
+ * In place, s becomes P = exp(x - row_max'), where x = scale * s + bias,
+ * or -inf where masked, and row_max' = max(row_max, max_j x). Then
+ * alpha[i] = exp(row_max - row_max'), row_sum = row_sum * alpha +
+ * sum_j P, row_max = row_max'. A row whose maximum is still -inf gets
+ * P = 0 and alpha = 1 (mk_row_next_max). */
+typedef void mk_softmax_update_fn(float *s, ptrdiff_t lds, int64_t m,
+                                  int64_t n, float scale, const mk_mask *mask,
+                                  float *row_max, float *row_sum,
+                                  float *alpha);
+/* o[i][c] = alpha[i] * o[i][c] + sum_j p[i][j] * v[j][c], c < dv. */
+typedef void mk_pv_fn(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+                      const float *v, ptrdiff_t ldv, int64_t dv,
+                      const float *alpha, float *o, ptrdiff_t ldo);
+/* out[i][c] = o[i][c] / row_sum[i], or 0 when row_sum[i] == 0. */
+typedef void mk_normalize_fn(const float *o, ptrdiff_t ldo, int64_t m,
+                             int64_t dv, const float *row_sum, float *out,
+                             ptrdiff_t ldout);
+/* Decode (m <= MK_DECODE_ROWS query rows). decode_qk: s[i][j] = sum_p
+ * q[i][p] * K[j][p], unscaled, with key j's row at k + j * ldk elements of
+ * type kt. decode_pv: o[i][c] = alpha[i] * o[i][c] + sum_j p[i][j] *
+ * V[j][c], c < dv, value rows at v + j * ldv elements of type vt. Both may
+ * prefetch rows they will read later, never past row n - 1. */
+typedef void mk_decode_qk_fn(const float *q, ptrdiff_t ldq, int64_t m,
+                             const void *k, mk_dtype kt, ptrdiff_t ldk,
+                             int64_t n, int64_t d, float *s, ptrdiff_t lds);
+typedef void mk_decode_pv_fn(const float *p, ptrdiff_t ldp, int64_t m,
+                             int64_t n, const void *v, mk_dtype vt,
+                             ptrdiff_t ldv, int64_t dv, const float *alpha,
+                             float *o, ptrdiff_t ldo);
+/* Widens n elements of one dtype to fp32 exactly (NaN stays NaN). */
+typedef void mk_widen_fn(const void *x, int64_t n, float *y);
+/* c = a w^T (+ bias): w packed by pack (n rows of depth k). */
+typedef void mk_linear_fn(const float *a, ptrdiff_t lda, int64_t m,
+                          const float *wp, int64_t n, int64_t k,
+                          const float *bias, float *c, ptrdiff_t ldc);
+
+/* The benchmark's FMA peak: independent multiply-add chains in this ISA's
+ * widest registers, `iterations` steps of every chain; the result depends
+ * on every chain so no compiler drops them. */
+typedef float mk_fma_chains_fn(int64_t iterations);
+
+/* ---- The table ---------------------------------------------------------- */
 
 typedef struct mk_table {
-    const char *name; /* "generic", "avx2", "avx512", "neon" */
+    const char *name; /* the ISA's name, as mha_isa_name gives it */
 
-    /* Attention tile: query rows per block and keys per block. */
+    /* Attention tile: query rows per block and keys per block. block_k is
+     * a multiple of the packing panel. */
     int64_t block_q;
     int64_t block_k;
 
-    /* Floats of scratch pack_k needs for n keys of depth d. block_k is a
-     * multiple of the packing panel, so for k0 a multiple of block_k,
-     * packed_k_floats(k0, d) is where key k0's block starts in a pack of
-     * more keys (the engine packs a head once and reuses it). */
-    size_t (*packed_k_floats)(int64_t n, int64_t d);
-    /* Pack n keys (rows of k, stride ldk, depth d) into kp, the layout qk
-     * reads. */
-    void (*pack_k)(const float *k, ptrdiff_t ldk, int64_t n, int64_t d,
-                   float *kp);
-    /* s[i][j] = sum_p q[i][p] * K[j][p] for i < m, j < n (unscaled). */
-    void (*qk)(const float *q, ptrdiff_t ldq, int64_t m, const float *kp,
-               int64_t n, int64_t d, float *s, ptrdiff_t lds);
-    /* The fused scale + mask + online softmax step over an m x n score tile.
-     * In place, s becomes P = exp(x - row_max'), where x = scale * s + bias,
-     * or -inf where masked, and row_max' = max(row_max, max_j x). Then
-     * alpha[i] = exp(row_max - row_max'), row_sum = row_sum * alpha +
-     * sum_j P, row_max = row_max'. A row whose maximum is still -inf gets
-     * P = 0 and alpha = 1. */
-    void (*softmax_update)(float *s, ptrdiff_t lds, int64_t m, int64_t n,
-                           float scale, const mk_mask *mask, float *row_max,
-                           float *row_sum, float *alpha);
-    /* o[i][c] = alpha[i] * o[i][c] + sum_j p[i][j] * v[j][c], c < dv. */
-    void (*pv)(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
-               const float *v, ptrdiff_t ldv, int64_t dv, const float *alpha,
-               float *o, ptrdiff_t ldo);
-    /* out[i][c] = o[i][c] / row_sum[i], or 0 when row_sum[i] == 0. */
-    void (*normalize)(const float *o, ptrdiff_t ldo, int64_t m, int64_t dv,
-                      const float *row_sum, float *out, ptrdiff_t ldout);
+    mk_packed_floats_fn *packed_floats;
+    mk_pack_fn *pack;
+    mk_qk_fn *qk;
+    mk_softmax_update_fn *softmax_update;
+    mk_pv_fn *pv;
+    mk_normalize_fn *normalize;
+    mk_decode_qk_fn *decode_qk;
+    mk_decode_pv_fn *decode_pv;
+    mk_widen_fn *widen[MK_DTYPE_COUNT]; /* widen[MK_F32] copies */
+    mk_linear_fn *linear;
 
-    /* Decode (m <= MK_DECODE_ROWS query rows). decode_qk: s[i][j] = sum_p
-     * q[i][p] * K[j][p], unscaled, with key j's row at k + j * ldk elements
-     * of type kt. decode_pv: o[i][c] = alpha[i] * o[i][c] + sum_j p[i][j] *
-     * V[j][c], c < dv, value rows at v + j * ldv elements of type vt. Both
-     * may prefetch rows they will read later, never past row n - 1. */
-    void (*decode_qk)(const float *q, ptrdiff_t ldq, int64_t m, const void *k,
-                      mk_dtype kt, ptrdiff_t ldk, int64_t n, int64_t d,
-                      float *s, ptrdiff_t lds);
-    void (*decode_pv)(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
-                      const void *v, mk_dtype vt, ptrdiff_t ldv, int64_t dv,
-                      const float *alpha, float *o, ptrdiff_t ldo);
-
-    /* Half-precision keys and values: widen n binary16 / bfloat16 values
-     * to fp32 (exactly; NaN stays NaN). */
-    void (*cvt_f16)(const uint16_t *x, int64_t n, float *y);
-    void (*cvt_bf16)(const uint16_t *x, int64_t n, float *y);
-
-    /* The layer's projections: c = a w^T (+ bias), w in nn.Linear layout
-     * [n, k], packed once by pack_w into packed_w_floats(n, k) floats. */
-    size_t (*packed_w_floats)(int64_t n, int64_t k);
-    void (*pack_w)(const float *w, int64_t n, int64_t k, float *wp);
-    void (*linear)(const float *a, ptrdiff_t lda, int64_t m, const float *wp,
-                   int64_t n, int64_t k, const float *bias, float *c,
-                   ptrdiff_t ldc);
+    /* For the benchmark only: the FMA peak loop and the floating-point
+     * operations one iteration of it performs. */
+    mk_fma_chains_fn *fma_chains;
+    double fma_chains_flops;
 } mk_table;
 
-/* The static tables. mk_table_avx2 exists only when the build defines
- * MHA_HAVE_AVX2, mk_table_avx512 only with MHA_HAVE_AVX512, mk_table_neon
- * only with MHA_HAVE_NEON. Whether the CPU can
- * run a table is the engine's question. */
-extern const mk_table mk_table_generic;
-extern const mk_table mk_table_avx2;
-extern const mk_table mk_table_avx512;
-extern const mk_table mk_table_neon;
+/* Table initialisers (BLIS's cntx_init): each first calls its base's, then
+ * overrides the slots it speeds up, so every slot is set and a new ISA
+ * inherits the nearest table's kernels. mk_init_generic sets every slot.
+ * mk_init_avx2 exists only when the build defines MHA_HAVE_AVX2 (base:
+ * generic), mk_init_avx512 only with MHA_HAVE_AVX512 (base: avx2),
+ * mk_init_neon only with MHA_HAVE_NEON (base: generic). Whether the CPU can
+ * run a table is the engine's question (engine/isa.c). */
+void mk_init_generic(mk_table *t);
+void mk_init_avx2(mk_table *t);
+void mk_init_avx512(mk_table *t);
+void mk_init_neon(mk_table *t);
 
 #ifdef __cplusplus
 }
