@@ -127,7 +127,7 @@ static int scratch_parts(const mk_table *t, const mha_problem *p,
     int64_t keys = cache ? (p->lk + bk - 1) / bk * bk : bk;
     /* Decode reads K and V in place: nothing packed or widened. */
     int decode = make_plan(t, p).decode;
-    size_t kp = decode ? 0 : t->packed_k_floats(keys, p->d);
+    size_t kp = decode ? 0 : t->packed_floats(keys, p->d);
     if (!mha_mul_ok(bq, bk, &parts[0]) || kp > (size_t)INT64_MAX / 2 ||
         !mha_mul_ok(bq, p->dv, &parts[2]))
         return 0;
@@ -269,7 +269,7 @@ static row_block make_block(const mha_problem *p, const plan *pl,
     rb.key_end = p->lk;
     if (m->key_lengths && m->key_lengths[b] < rb.key_end)
         rb.key_end = m->key_lengths[b];
-    rb.causal_diag = MK_NO_CAUSAL;
+    rb.causal_diag = MK_NO_DIAG_HI;
     if (m->causal != MHA_CAUSAL_NONE) {
         int64_t shift = m->causal == MHA_CAUSAL_BOTTOM_RIGHT ? p->lk - p->lq : 0;
         /* The last query sees the most keys; later key blocks are skipped.
@@ -307,8 +307,9 @@ static mk_mask block_mask(const row_block *rb, int64_t k0, int64_t nk)
         mk.bias = rb->bias + k0;
         mk.bias_ld = rb->bias_ld;
     }
-    mk.causal_diag =
-        rb->causal_diag == MK_NO_CAUSAL ? MK_NO_CAUSAL : rb->causal_diag - k0;
+    mk.diag_lo = MK_NO_DIAG_LO;
+    mk.diag_hi =
+        rb->causal_diag == MK_NO_DIAG_HI ? MK_NO_DIAG_HI : rb->causal_diag - k0;
     mk.key_limit = nk;
     return mk;
 }
@@ -325,8 +326,7 @@ static const float *f32_rows(const mk_table *t, const char *head,
         return (const float *)head + k0 * stride;
     }
     const uint16_t *x = (const uint16_t *)head + k0 * stride;
-    void (*cvt)(const uint16_t *, int64_t, float *) =
-        dtype == MHA_F16 ? t->cvt_f16 : t->cvt_bf16;
+    mk_widen_fn *cvt = t->widen[(mk_dtype)dtype];
     for (int64_t r = 0; r < n; r++)
         cvt(x + r * stride, width, buf + r * width);
     *ld = width;
@@ -396,7 +396,7 @@ static void score_block(const mk_table *t, const mha_problem *p,
             c->head = rb->k;
             c->upto = 0;
         }
-        kp += t->packed_k_floats(k0, p->d);
+        kp += t->packed_floats(k0, p->d);
         pack = k0 + nk > c->upto;
         if (pack)
             c->upto = k0 + nk;
@@ -405,7 +405,7 @@ static void score_block(const mk_table *t, const mha_problem *p,
         ptrdiff_t ldk;
         const float *k = f32_rows(t, rb->k, p->k_dtype, p->k_ss, k0, nk,
                                   p->d, sc->kw, &ldk);
-        t->pack_k(k, ldk, nk, p->d, kp);
+        t->pack(k, ldk, nk, p->d, kp);
     }
     t->qk(rb->q, rb->ldq, rb->rows, kp, nk, p->d, sc->s, lds);
     t->softmax_update(sc->s, lds, rb->rows, nk, p->scale, &mk, m, row_sum,
@@ -447,7 +447,7 @@ static void key_step(const mk_table *t, const mha_problem *p,
 static int splits_diagonal(const row_block *rb, const scratch *sc,
                            int64_t k0, int64_t nk)
 {
-    return sc->cache && !rb->w && rb->causal_diag != MK_NO_CAUSAL &&
+    return sc->cache && !rb->w && rb->causal_diag != MK_NO_DIAG_HI &&
            rb->rows > DIAG_ROWS && rb->causal_diag + DIAG_ROWS < k0 + nk;
 }
 

@@ -20,19 +20,20 @@ const char *mha_isa_name(mha_isa isa)
     return "unknown";
 }
 
-/* The ISA's own table, NULL when the build lacks it. */
-static const mk_table *isa_table(mha_isa isa)
+/* The ISA's table initialiser, NULL when the build lacks it. */
+typedef void table_init(mk_table *t);
+static table_init *isa_init(mha_isa isa)
 {
     switch (isa) {
-    case MHA_ISA_GENERIC: return &mk_table_generic;
+    case MHA_ISA_GENERIC: return mk_init_generic;
 #ifdef MHA_HAVE_AVX2
-    case MHA_ISA_AVX2: return &mk_table_avx2;
+    case MHA_ISA_AVX2: return mk_init_avx2;
 #endif
 #ifdef MHA_HAVE_NEON
-    case MHA_ISA_NEON: return &mk_table_neon;
+    case MHA_ISA_NEON: return mk_init_neon;
 #endif
 #ifdef MHA_HAVE_AVX512
-    case MHA_ISA_AVX512: return &mk_table_avx512;
+    case MHA_ISA_AVX512: return mk_init_avx512;
 #endif
     default: return NULL;
     }
@@ -47,50 +48,6 @@ static int cpu_runs(mha_isa isa)
     case MHA_ISA_AVX512: return mha_cpu_has_avx512();
     default: return 0;
     }
-}
-
-/* The table an ISA's NULL slots come from: avx512 builds on avx2 (every
- * CPU that runs it runs avx2), the others on generic. */
-static const mk_table *base_table(mha_isa isa)
-{
-    const mk_table *base = isa == MHA_ISA_AVX512 ? isa_table(MHA_ISA_AVX2)
-                                                 : NULL;
-    return base ? base : &mk_table_generic;
-}
-
-/* dst's slots overridden by the non-NULL ones of isa. */
-static void override_slots(mk_table *dst, const mk_table *isa)
-{
-    dst->name = isa->name;
-#define OVERRIDE(slot) \
-    if (isa->slot)     \
-        dst->slot = isa->slot;
-    OVERRIDE(packed_k_floats)
-    OVERRIDE(pack_k)
-    OVERRIDE(qk)
-    OVERRIDE(softmax_update)
-    OVERRIDE(pv)
-    OVERRIDE(normalize)
-    OVERRIDE(decode_qk)
-    OVERRIDE(decode_pv)
-    OVERRIDE(cvt_f16)
-    OVERRIDE(cvt_bf16)
-    OVERRIDE(packed_w_floats)
-    OVERRIDE(pack_w)
-    OVERRIDE(linear)
-    OVERRIDE(block_q)
-    OVERRIDE(block_k)
-#undef OVERRIDE
-}
-
-/* Generic slots, overridden by the base table's, then by the ISA's. */
-static void fill_table(mk_table *dst, mha_isa isa)
-{
-    *dst = mk_table_generic;
-    const mk_table *base = base_table(isa);
-    if (base != &mk_table_generic)
-        override_slots(dst, base);
-    override_slots(dst, isa_table(isa));
 }
 
 static mha_status isa_from_env(mha_isa *isa)
@@ -123,7 +80,7 @@ mha_status mha_dispatch(mha_isa isa, mha_isa *picked, mk_table *table)
         const mha_isa best_first[] = {MHA_ISA_AVX512, MHA_ISA_AVX2,
                                       MHA_ISA_NEON, MHA_ISA_GENERIC};
         for (size_t i = 0; i < sizeof best_first / sizeof best_first[0]; i++)
-            if (isa_table(best_first[i]) && cpu_runs(best_first[i])) {
+            if (isa_init(best_first[i]) && cpu_runs(best_first[i])) {
                 isa = best_first[i];
                 break;
             }
@@ -133,15 +90,15 @@ mha_status mha_dispatch(mha_isa isa, mha_isa *picked, mk_table *table)
                         "config.isa (%d) is not an mha_isa (generic 1, avx2 "
                         "2, neon 3, avx512 4)",
                         (int)isa);
-    const mk_table *t = isa_table(isa);
-    if (!t)
+    table_init *init = isa_init(isa);
+    if (!init)
         return mha_fail(MHA_ERR_UNSUPPORTED,
                         "ISA %s is not compiled into this build",
                         mha_isa_name(isa));
     if (!cpu_runs(isa))
         return mha_fail(MHA_ERR_UNSUPPORTED, "this CPU cannot run ISA %s",
                         mha_isa_name(isa));
-    fill_table(table, isa);
+    init(table);
     *picked = isa;
     return MHA_OK;
 }

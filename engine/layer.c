@@ -104,7 +104,7 @@ mha_status mha_layer_create(const mha_engine *engine,
     l->engine = engine;
     l->e = e, l->heads = h, l->kdim = kdim, l->vdim = vdim;
     for (int i = 0; i < 4; i++) {
-        l->w[i] = mha_alloc(t->packed_w_floats(e, in[i]) * sizeof(float));
+        l->w[i] = mha_alloc(t->packed_floats(e, in[i]) * sizeof(float));
         const float *bias = i < 3 ? (desc->in_proj_bias
                                          ? desc->in_proj_bias + i * e
                                          : NULL)
@@ -116,7 +116,7 @@ mha_status mha_layer_create(const mha_engine *engine,
             return mha_fail(MHA_ERR_OUT_OF_MEMORY,
                             "layer weights allocation failed");
         }
-        t->pack_w(src[i], e, in[i], l->w[i]);
+        t->pack(src[i], in[i], e, in[i], l->w[i]);
         if (bias)
             memcpy(l->b[i], bias, (size_t)e * sizeof(float));
     }
