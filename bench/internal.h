@@ -24,18 +24,4 @@ size_t bench_blas_scratch_floats(const mha_attention_args *args, int threads);
 void bench_blas_attention(const mha_attention_args *args, mha_causal causal,
                           int threads, float *scratch);
 
-/* Independent multiply-add chains, one thread's share: `iterations` steps
- * of every chain. The return value depends on all chains so that no
- * compiler can drop them. */
-float bench_chains_generic(int64_t iterations);
-float bench_chains_avx2(int64_t iterations); /* MHA_BENCH_HAVE_CHAINS_AVX2 */
-float bench_chains_neon(int64_t iterations); /* MHA_BENCH_HAVE_CHAINS_NEON */
-/* MHA_BENCH_HAVE_CHAINS_AVX512 */
-float bench_chains_avx512(int64_t iterations);
-/* Floating-point operations per iteration of each. */
-extern const double bench_chains_generic_flops;
-extern const double bench_chains_avx2_flops;
-extern const double bench_chains_neon_flops;
-extern const double bench_chains_avx512_flops;
-
 #endif

@@ -46,11 +46,12 @@ static void get_tables(table_set *ts)
     for (int i = 0; i < ts->n; i++) {
         const mk_table *t = &ts->t[i];
         ck_assert_msg(t->name && t->block_q > 0 && t->block_k > 0 &&
-                          t->packed_k_floats && t->pack_k && t->qk &&
+                          t->packed_floats && t->pack && t->qk &&
                           t->softmax_update && t->pv && t->normalize &&
-                          t->decode_qk && t->decode_pv && t->cvt_f16 &&
-                          t->cvt_bf16 && t->packed_w_floats && t->pack_w &&
-                          t->linear,
+                          t->decode_qk && t->decode_pv &&
+                          t->widen[MK_F32] && t->widen[MK_F16] &&
+                          t->widen[MK_BF16] && t->linear &&
+                          t->fma_chains && t->fma_chains_flops > 0,
                       "table %s has an empty slot", mha_isa_name(ts->isa[i]));
         ck_assert_str_eq(t->name, mha_isa_name(ts->isa[i]));
     }
@@ -189,18 +190,18 @@ static void ref_gemm(int64_t m, int64_t n, int64_t k, const float *a,
         }
 }
 
-/* ---- qk and pack_k ---------------------------------------------------- */
+/* ---- qk and pack ------------------------------------------------------ */
 
 /* Packs n keys with t and multiplies: s (sentinel-filled, stride lds). */
 static void run_qk(const mk_table *t, const float *q, ptrdiff_t ldq,
                    int64_t m, const float *k, ptrdiff_t ldk, int64_t n,
                    int64_t d, float *s, ptrdiff_t lds, const expect *e)
 {
-    size_t kp_floats = t->packed_k_floats(n, d);
+    size_t kp_floats = t->packed_floats(n, d);
     float *kp = out_buffer(kp_floats);
-    t->pack_k(k, ldk, n, d, kp);
+    t->pack(k, ldk, n, d, kp);
     REQUIRE(count_changed(kp + kp_floats, GUARD) == 0,
-            "pack_k [%s] %s: wrote past packed_k_floats (%zu)", e->isa,
+            "pack [%s] %s: wrote past packed_floats (%zu)", e->isa,
             e->shape, kp_floats);
     t->qk(q, ldq, m, kp, n, d, s, lds);
     free(kp);
@@ -219,7 +220,7 @@ static void qk_case(const table_set *ts, int64_t m, int64_t n, int64_t d,
     free(kd);
     float *gen = NULL;
     for (int x = 0; x < ts->n; x++) {
-        expect e = {.kernel = "pack_k+qk", .isa = mha_isa_name(ts->isa[x])};
+        expect e = {.kernel = "pack+qk", .isa = mha_isa_name(ts->isa[x])};
         snprintf(e.shape, sizeof e.shape,
                  "m %lld n %lld d %lld ldq %td ldk %td lds %td", (long long)m,
                  (long long)n, (long long)d, ldq, ldk, lds);
@@ -269,7 +270,8 @@ typedef struct mask_buf {
 static void make_mask(int v, int64_t m, int64_t n, test_rng *r, mask_buf *mb)
 {
     memset(mb, 0, sizeof *mb);
-    mb->mask.causal_diag = MK_NO_CAUSAL;
+    mb->mask.diag_lo = MK_NO_DIAG_LO;
+    mb->mask.diag_hi = MK_NO_DIAG_HI;
     mb->mask.key_limit = n;
     int keep = v == MV_KEEP || v == MV_KEEP_BROADCAST || v == MV_ALL;
     int bias = v == MV_BIAS || v == MV_BIAS_BROADCAST || v == MV_ALL;
@@ -301,15 +303,15 @@ static void make_mask(int v, int64_t m, int64_t n, test_rng *r, mask_buf *mb)
         mb->mask.bias_ld = ld;
     }
     switch (v) {
-    case MV_CAUSAL_0: mb->mask.causal_diag = 0; break;
-    case MV_CAUSAL_NEG: mb->mask.causal_diag = -2; break;
-    case MV_CAUSAL_POS: mb->mask.causal_diag = n - m + 3; break;
-    case MV_CAUSAL_ALL: mb->mask.causal_diag = -(m + 5); break;
+    case MV_CAUSAL_0: mb->mask.diag_hi = 0; break;
+    case MV_CAUSAL_NEG: mb->mask.diag_hi = -2; break;
+    case MV_CAUSAL_POS: mb->mask.diag_hi = n - m + 3; break;
+    case MV_CAUSAL_ALL: mb->mask.diag_hi = -(m + 5); break;
     case MV_LIMIT_0: mb->mask.key_limit = 0; break;
     case MV_LIMIT_HALF: mb->mask.key_limit = n / 2; break;
     case MV_LIMIT_ABOVE: mb->mask.key_limit = n + 100; break;
     case MV_ALL:
-        mb->mask.causal_diag = 1;
+        mb->mask.diag_hi = 1;
         mb->mask.key_limit = n - 1;
         break;
     }
@@ -317,7 +319,7 @@ static void make_mask(int v, int64_t m, int64_t n, test_rng *r, mask_buf *mb)
 
 static int ref_hidden(const mk_mask *mk, int64_t i, int64_t j)
 {
-    if (mk->causal_diag != MK_NO_CAUSAL && j > i + mk->causal_diag)
+    if (mk->diag_hi != MK_NO_DIAG_HI && j > i + mk->diag_hi)
         return 1;
     if (j >= mk->key_limit)
         return 1;
@@ -619,7 +621,7 @@ START_TEST(normalize_edges)
 }
 END_TEST
 
-/* ---- pack_w and linear ------------------------------------------------- */
+/* ---- pack and linear --------------------------------------------------- */
 
 static void linear_case(const table_set *ts, int64_t m, int64_t n,
                         int64_t k, int with_bias, test_rng *r)
@@ -639,15 +641,15 @@ static void linear_case(const table_set *ts, int64_t m, int64_t n,
     float *gen = NULL;
     for (int x = 0; x < ts->n; x++) {
         const mk_table *t = &ts->t[x];
-        expect e = {.kernel = "pack_w+linear", .isa = mha_isa_name(ts->isa[x])};
+        expect e = {.kernel = "pack+linear", .isa = mha_isa_name(ts->isa[x])};
         snprintf(e.shape, sizeof e.shape,
                  "m %lld n %lld k %lld lda %td ldc %td bias %d", (long long)m,
                  (long long)n, (long long)k, lda, ldc, with_bias);
-        size_t wp_floats = t->packed_w_floats(n, k);
+        size_t wp_floats = t->packed_floats(n, k);
         float *wp = out_buffer(wp_floats);
-        t->pack_w(w, n, k, wp);
+        t->pack(w, k, n, k, wp);
         REQUIRE(count_changed(wp + wp_floats, GUARD) == 0,
-                "pack_w [%s] %s: wrote past packed_w_floats (%zu)", e.isa,
+                "pack [%s] %s: wrote past packed_floats (%zu)", e.isa,
                 e.shape, wp_floats);
         float *c = out_buffer((size_t)(m * ldc));
         t->linear(a, lda, m, wp, n, k, bias, c, ldc);
@@ -716,10 +718,7 @@ static void cvt_all(const table_set *ts, int bf16)
             int64_t len = runs[k % 10];
             if ((size_t)len > n - at)
                 len = (int64_t)(n - at);
-            if (bf16)
-                ts->t[t].cvt_bf16(x + at, len, y + at);
-            else
-                ts->t[t].cvt_f16(x + at, len, y + at);
+            ts->t[t].widen[bf16 ? MK_BF16 : MK_F16](x + at, len, y + at);
             /* Nothing past the run yet. */
             REQUIRE(count_changed(y + at + len, 1) == 0 || at + len == n,
                     "cvt [%s]: wrote past a run of %lld", isa,

@@ -10,17 +10,6 @@
 #include "avx2.h"
 #include "tile_6x16.h"
 
-size_t mk_avx2_packed_k_floats(int64_t n, int64_t d)
-{
-    return mk_avx2_panels_floats(n, d);
-}
-
-void mk_avx2_pack_k(const float *k, ptrdiff_t ldk, int64_t n, int64_t d,
-                    float *kp)
-{
-    mk_avx2_pack_panels(k, ldk, n, d, kp);
-}
-
 /* ---- S = Q Kᵀ ------------------------------------------------------- */
 
 /* One strip of mr query rows against every 16-key panel. */
@@ -30,10 +19,10 @@ qk_strip(const int mr, const float *q, ptrdiff_t ldq, const float *kp,
 {
     int64_t j0 = 0;
     for (; j0 + MK_AVX2_NR <= n; j0 += MK_AVX2_NR)
-        mk_avx2fma_tile_6x16(mr, 0, d, q, ldq, kp + j0 * d, MK_AVX2_NR, NULL,
+        mk_avx2_tile_6x16(mr, 0, d, q, ldq, kp + j0 * d, MK_AVX2_NR, NULL,
                              NULL, s + j0, lds, MK_AVX2_NR);
     if (j0 < n) /* the panel is zero-padded: only the store narrows */
-        mk_avx2fma_tile_6x16(mr, MK_AVX2_C_NARROW, d, q, ldq, kp + j0 * d,
+        mk_avx2_tile_6x16(mr, MK_AVX2_C_NARROW, d, q, ldq, kp + j0 * d,
                              MK_AVX2_NR, NULL, NULL, s + j0, lds, n - j0);
 }
 
@@ -47,7 +36,7 @@ qk_strip(const int mr, const float *q, ptrdiff_t ldq, const float *kp,
  * Preconditions: kp packed by mk_avx2_pack_k for n keys of depth d;
  * ldq >= 0 (0 repeats one query row); lds >= n when m > 1.
  */
-void mk_avx2fma_qk_6x16(const float *q, ptrdiff_t ldq, int64_t m,
+void mk_avx2_qk_6x16(const float *q, ptrdiff_t ldq, int64_t m,
                         const float *kp, int64_t n, int64_t d, float *s,
                         ptrdiff_t lds)
 {
@@ -80,11 +69,11 @@ pv_strip(const int mr, const unsigned flags, const float *p, ptrdiff_t ldp,
 {
     int64_t c0 = 0;
     for (; c0 + MK_AVX2_NR <= dv; c0 += MK_AVX2_NR)
-        mk_avx2fma_tile_6x16(mr, flags | MK_AVX2_PREFETCH_C_NEXT, jn, p, ldp,
+        mk_avx2_tile_6x16(mr, flags | MK_AVX2_PREFETCH_C_NEXT, jn, p, ldp,
                              v + c0, ldv, alpha, NULL, o + c0, ldo,
                              MK_AVX2_NR);
     if (c0 < dv)
-        mk_avx2fma_tile_6x16(mr, flags | MK_AVX2_B_NARROW | MK_AVX2_C_NARROW,
+        mk_avx2_tile_6x16(mr, flags | MK_AVX2_B_NARROW | MK_AVX2_C_NARROW,
                              jn, p, ldp, v + c0, ldv, alpha, NULL, o + c0,
                              ldo, dv - c0);
 }
@@ -131,7 +120,7 @@ static void pv_rows(unsigned flags, const float *p, ptrdiff_t ldp, int64_t m,
  * then one FMA per key in key order on either path.
  * Preconditions: ldp, ldv >= 0 (0 repeats one row); ldo >= dv when m > 1.
  */
-void mk_avx2fma_pv_6x16(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+void mk_avx2_pv_6x16(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                         const float *v, ptrdiff_t ldv, int64_t dv,
                         const float *alpha, float *o, ptrdiff_t ldo)
 {
@@ -301,7 +290,7 @@ static float row_total(const float *s, int64_t visible)
  * Preconditions: lds >= n when m > 1; mask->keep / bias readable for the
  * visible keys of each row (row stride keep_ld / bias_ld, 0 broadcasts).
  */
-void mk_avx2fma_softmax_update_8(float *s, ptrdiff_t lds, int64_t m,
+void mk_avx2_softmax_update(float *s, ptrdiff_t lds, int64_t m,
                                  int64_t n, float scale, const mk_mask *mask,
                                  float *row_max, float *row_sum, float *alpha)
 {
@@ -317,25 +306,28 @@ void mk_avx2fma_softmax_update_8(float *s, ptrdiff_t lds, int64_t m,
         int empty[8] = {0};
         for (int64_t r = 0; r < rows; r++) {
             int64_t i = i0 + r;
-            float *row = s + i * lds;
-            int64_t visible = mk_visible_columns(mask, i, n);
+            int64_t lo, hi;
+            mk_visible_range(mask, i, n, &lo, &hi);
+            float *whole = s + i * lds, *row = whole + lo;
+            int64_t visible = hi - lo;
             float bmax;
             if (unscaled) {
                 bmax = scale * row_max_unscaled(row, visible);
             } else {
                 const float *bias =
-                    mask->bias ? mask->bias + i * mask->bias_ld : NULL;
+                    mask->bias ? mask->bias + i * mask->bias_ld + lo : NULL;
                 const uint8_t *keep =
-                    mask->keep ? mask->keep + i * mask->keep_ld : NULL;
+                    mask->keep ? mask->keep + i * mask->keep_ld + lo : NULL;
                 bmax = scale_mask_row(row, visible, scale, bias, keep);
             }
             float mnew = mk_row_next_max(row, visible, bmax, row_max[i]);
             if (mnew == -INFINITY) {
-                memset(row, 0, (size_t)n * sizeof *row);
+                memset(whole, 0, (size_t)n * sizeof *whole);
                 empty[r] = 1;
                 continue;
             }
-            exp_row(row, visible, n, _mm256_set1_ps(unscaled ? scale : 1.0f),
+            memset(whole, 0, (size_t)lo * sizeof *whole);
+            exp_row(row, visible, n - lo, _mm256_set1_ps(unscaled ? scale : 1.0f),
                     _mm256_set1_ps(mnew));
             sum[r] = row_total(row, visible);
             arg[r] = row_max[i] - mnew;
@@ -360,7 +352,7 @@ void mk_avx2fma_softmax_update_8(float *s, ptrdiff_t lds, int64_t m,
  * (a row with every key masked). 8 columns per ymm, masked tail.
  * Preconditions: ldo >= 0 (0 repeats one row); ldout >= dv when m > 1.
  */
-void mk_avx2_normalize_8(const float *o, ptrdiff_t ldo, int64_t m,
+void mk_avx2_normalize(const float *o, ptrdiff_t ldo, int64_t m,
                          int64_t dv, const float *row_sum, float *out,
                          ptrdiff_t ldout)
 {

@@ -34,14 +34,14 @@ static inline __m256 bf16_to_f32_8(__m128i h)
 }
 
 /* y[i] = binary16 x[i] widened, i < n. 8 per VCVTPH2PS. Needs F16C. */
-void mk_f16c_cvt_f16_8(const uint16_t *x, int64_t n, float *y)
+void mk_avx2_widen_f16(const void *x, int64_t n, float *y)
 {
     assert(n >= 0 && (n == 0 || (x && y)));
     widen(x, n, y, f16_to_f32_8);
 }
 
 /* y[i] = bfloat16 x[i] widened (the high half of its float), i < n. */
-void mk_avx2_cvt_bf16_8(const uint16_t *x, int64_t n, float *y)
+void mk_avx2_widen_bf16(const void *x, int64_t n, float *y)
 {
     assert(n >= 0 && (n == 0 || (x && y)));
     widen(x, n, y, bf16_to_f32_8);

@@ -25,8 +25,6 @@
  * rows before they are used). */
 enum { AHEAD = 32 };
 
-INLINE size_t elem_bytes(mk_dtype t) { return t == MK_F32 ? 4 : 2; }
-
 /* Every cache line of a row of row_bytes bytes. */
 INLINE void prefetch_row(const char *row, size_t row_bytes)
 {
@@ -38,12 +36,16 @@ INLINE void prefetch_row(const char *row, size_t row_bytes)
 /* Elements [c, c + 8) of a row of type t as fp32. */
 INLINE __m256 load8(const void *row, mk_dtype t, int64_t c)
 {
-    if (t == MK_F32)
-        return _mm256_loadu_ps((const float *)row + c);
-    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + c));
-    if (t == MK_F16)
-        return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    const __m128i *h = (const __m128i *)((const uint16_t *)row + c);
+    switch (t) {
+    case MK_F32: return _mm256_loadu_ps((const float *)row + c);
+    case MK_F16: return _mm256_cvtph_ps(_mm_loadu_si128(h));
+    case MK_BF16:
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(h)), 16));
+    case MK_DTYPE_COUNT: break;
+    }
+    return _mm256_setzero_ps();
 }
 
 /* Lanes i < left (1..7) true. */
@@ -57,11 +59,10 @@ INLINE __m256i lanes(int64_t left)
  * row is read. */
 INLINE __m256 load_tail(const void *row, mk_dtype t, int64_t c, int64_t left)
 {
-    if (t == MK_F32)
-        return _mm256_maskload_ps((const float *)row + c, lanes(left));
-    uint16_t h[8] = {0};
-    memcpy(h, (const uint16_t *)row + c, (size_t)left * sizeof h[0]);
-    return load8(h, t, 0);
+    const size_t es = mk_dtype_size(t);
+    _Alignas(32) unsigned char buf[8 * sizeof(float)] = {0};
+    memcpy(buf, (const char *)row + (size_t)c * es, (size_t)left * es);
+    return load8(buf, t, 0);
 }
 
 INLINE float hsum(__m256 x)
@@ -111,7 +112,7 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                       const void *k, mk_dtype t, ptrdiff_t ldk, int64_t n,
                       int64_t d, float *s, ptrdiff_t lds)
 {
-    const size_t es = elem_bytes(t), row_bytes = (size_t)d * es;
+    const size_t es = mk_dtype_size(t), row_bytes = (size_t)d * es;
     const int64_t ahead = AHEAD;
     for (int64_t j = 0; j < n; j++) {
         const char *row = (const char *)k + (size_t)(j * ldk) * es;
@@ -130,7 +131,7 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
     }
 }
 
-void mk_avx2fma_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
+void mk_avx2_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                           const void *k, mk_dtype kt, ptrdiff_t ldk, int64_t n,
                           int64_t d, float *s, ptrdiff_t lds)
 {
@@ -138,6 +139,7 @@ void mk_avx2fma_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
     case MK_F32: decode_qk(q, ldq, m, k, MK_F32, ldk, n, d, s, lds); break;
     case MK_F16: decode_qk(q, ldq, m, k, MK_F16, ldk, n, d, s, lds); break;
     case MK_BF16: decode_qk(q, ldq, m, k, MK_BF16, ldk, n, d, s, lds); break;
+    case MK_DTYPE_COUNT: break;
     }
 }
 
@@ -149,7 +151,7 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                       const void *v, mk_dtype t, ptrdiff_t ldv, int64_t dv,
                       const float *alpha, float *o, ptrdiff_t ldo)
 {
-    const size_t es = elem_bytes(t), row_bytes = (size_t)dv * es;
+    const size_t es = mk_dtype_size(t), row_bytes = (size_t)dv * es;
     const int64_t ahead = AHEAD;
     const int64_t full = dv / 8 * 8;
     const __m256i tail = lanes(dv - full);
@@ -191,7 +193,7 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     }
 }
 
-void mk_avx2fma_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+void mk_avx2_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                           const void *v, mk_dtype vt, ptrdiff_t ldv,
                           int64_t dv, const float *alpha, float *o,
                           ptrdiff_t ldo)
@@ -206,5 +208,6 @@ void mk_avx2fma_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     case MK_BF16:
         decode_pv(p, ldp, m, n, v, MK_BF16, ldv, dv, alpha, o, ldo);
         break;
+    case MK_DTYPE_COUNT: break;
     }
 }

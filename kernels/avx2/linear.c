@@ -9,16 +9,6 @@
  * while every strip of a sweeps them. */
 #define LINEAR_NC 256
 
-size_t mk_avx2_packed_w_floats(int64_t n, int64_t k)
-{
-    return mk_avx2_panels_floats(n, k);
-}
-
-void mk_avx2_pack_w(const float *w, int64_t n, int64_t k, float *wp)
-{
-    mk_avx2_pack_panels(w, k, n, k, wp);
-}
-
 /* One strip of mr rows of a against the panels of columns j0..j1-1. */
 static inline __attribute__((always_inline)) void
 linear_strip(const int mr, const float *a, ptrdiff_t lda, const float *wp,
@@ -29,17 +19,17 @@ linear_strip(const int mr, const float *a, ptrdiff_t lda, const float *wp,
         const float *panel = wp + j * k;
         int64_t nr = j1 - j < MK_AVX2_NR ? j1 - j : MK_AVX2_NR;
         if (nr == MK_AVX2_NR && bias)
-            mk_avx2fma_tile_6x16(mr, MK_AVX2_ADD_BIAS, k, a, lda, panel,
+            mk_avx2_tile_6x16(mr, MK_AVX2_ADD_BIAS, k, a, lda, panel,
                                  MK_AVX2_NR, NULL, bias + j, c + j, ldc, nr);
         else if (nr == MK_AVX2_NR)
-            mk_avx2fma_tile_6x16(mr, 0, k, a, lda, panel, MK_AVX2_NR, NULL,
+            mk_avx2_tile_6x16(mr, 0, k, a, lda, panel, MK_AVX2_NR, NULL,
                                  NULL, c + j, ldc, nr);
         else if (bias)
-            mk_avx2fma_tile_6x16(mr, MK_AVX2_ADD_BIAS | MK_AVX2_C_NARROW, k,
+            mk_avx2_tile_6x16(mr, MK_AVX2_ADD_BIAS | MK_AVX2_C_NARROW, k,
                                  a, lda, panel, MK_AVX2_NR, NULL, bias + j,
                                  c + j, ldc, nr);
         else
-            mk_avx2fma_tile_6x16(mr, MK_AVX2_C_NARROW, k, a, lda, panel,
+            mk_avx2_tile_6x16(mr, MK_AVX2_C_NARROW, k, a, lda, panel,
                                  MK_AVX2_NR, NULL, NULL, c + j, ldc, nr);
     }
 }
@@ -53,7 +43,7 @@ linear_strip(const int mr, const float *a, ptrdiff_t lda, const float *wp,
  * Preconditions: wp packed by mk_avx2_pack_w for n x k; lda >= 0 (0
  * repeats one row); ldc >= n when m > 1.
  */
-void mk_avx2fma_linear_6x16(const float *a, ptrdiff_t lda, int64_t m,
+void mk_avx2_linear_6x16(const float *a, ptrdiff_t lda, int64_t m,
                             const float *wp, int64_t n, int64_t k,
                             const float *bias, float *c, ptrdiff_t ldc)
 {

@@ -7,7 +7,7 @@
 #include "avx2.h"
 #include "tile_6x16.h"
 
-size_t mk_avx2_panels_floats(int64_t n, int64_t k)
+size_t mk_avx2_packed_floats(int64_t n, int64_t k)
 {
     return (size_t)((n + MK_AVX2_NR - 1) / MK_AVX2_NR) * MK_AVX2_NR *
            (size_t)k;
@@ -47,7 +47,7 @@ static void transpose_edge(const float *x, ptrdiff_t ldx, int64_t rows,
             out[p * MK_AVX2_NR + r] = r < rows ? x[r * ldx + p] : 0.0f;
 }
 
-void mk_avx2_pack_panels(const float *x, ptrdiff_t ldx, int64_t n,
+void mk_avx2_pack(const float *x, ptrdiff_t ldx, int64_t n,
                          int64_t k, float *packed)
 {
     assert(n >= 0 && k >= 0 && ldx >= 0);

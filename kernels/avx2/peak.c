@@ -9,13 +9,13 @@
  */
 #include <immintrin.h>
 
-#include "internal.h"
+#include "avx2.h"
 
 enum { CHAINS = 12, LANES = 8 };
 
-const double bench_chains_avx2_flops = 2.0 * CHAINS * LANES;
+const double mk_avx2_fma_chains_flops = 2.0 * CHAINS * LANES;
 
-float bench_chains_avx2(int64_t iterations)
+float mk_avx2_fma_chains(int64_t iterations)
 {
     const __m256 mul = _mm256_set1_ps(0.5f);
     const __m256 add = _mm256_set1_ps(0.5f);

@@ -70,7 +70,7 @@ static inline __m256i mk_avx2_lanes_below(int64_t nr, int half)
  * nr floats if ADD_BIAS.
  */
 static inline __attribute__((always_inline)) void
-mk_avx2fma_tile_6x16(const int mr, const unsigned flags, int64_t k,
+mk_avx2_tile_6x16(const int mr, const unsigned flags, int64_t k,
                      const float *a, ptrdiff_t lda, const float *b,
                      ptrdiff_t ldb, const float *c_scale, const float *bias,
                      float *c, ptrdiff_t ldc, int64_t nr)

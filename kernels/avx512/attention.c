@@ -17,17 +17,6 @@
 __m512 Sleef_expf16_u10avx512f(__m512) __attribute__((noplt));
 #endif
 
-size_t mk_avx512_packed_k_floats(int64_t n, int64_t d)
-{
-    return mk_avx512_panels_floats(n, d);
-}
-
-void mk_avx512_pack_k(const float *k, ptrdiff_t ldk, int64_t n, int64_t d,
-                      float *kp)
-{
-    mk_avx512_pack_panels(k, ldk, n, d, kp);
-}
-
 /* ---- S = Q Kᵀ ------------------------------------------------------- */
 
 /* One strip of mr query rows against every 32-key panel. */
@@ -289,7 +278,7 @@ static float exp_row(float *s, int64_t visible, int64_t n, __m512 a, __m512 b)
  * Preconditions: lds >= n when m > 1; mask->keep / bias readable for the
  * visible keys of each row (row stride keep_ld / bias_ld, 0 broadcasts).
  */
-void mk_avx512_softmax_update_16(float *s, ptrdiff_t lds, int64_t m,
+void mk_avx512_softmax_update(float *s, ptrdiff_t lds, int64_t m,
                                  int64_t n, float scale, const mk_mask *mask,
                                  float *row_max, float *row_sum, float *alpha)
 {
@@ -305,25 +294,28 @@ void mk_avx512_softmax_update_16(float *s, ptrdiff_t lds, int64_t m,
         int empty[16] = {0};
         for (int64_t r = 0; r < rows; r++) {
             int64_t i = i0 + r;
-            float *row = s + i * lds;
-            int64_t visible = mk_visible_columns(mask, i, n);
+            int64_t lo, hi;
+            mk_visible_range(mask, i, n, &lo, &hi);
+            float *whole = s + i * lds, *row = whole + lo;
+            int64_t visible = hi - lo;
             float bmax;
             if (unscaled) {
                 bmax = scale * row_max_unscaled(row, visible);
             } else {
                 const float *bias =
-                    mask->bias ? mask->bias + i * mask->bias_ld : NULL;
+                    mask->bias ? mask->bias + i * mask->bias_ld + lo : NULL;
                 const uint8_t *keep =
-                    mask->keep ? mask->keep + i * mask->keep_ld : NULL;
+                    mask->keep ? mask->keep + i * mask->keep_ld + lo : NULL;
                 bmax = scale_mask_row(row, visible, scale, bias, keep);
             }
             float mnew = mk_row_next_max(row, visible, bmax, row_max[i]);
             if (mnew == -INFINITY) {
-                memset(row, 0, (size_t)n * sizeof *row);
+                memset(whole, 0, (size_t)n * sizeof *whole);
                 empty[r] = 1;
                 continue;
             }
-            sum[r] = exp_row(row, visible, n,
+            memset(whole, 0, (size_t)lo * sizeof *whole);
+            sum[r] = exp_row(row, visible, n - lo,
                              _mm512_set1_ps(unscaled ? scale : 1.0f),
                              _mm512_set1_ps(mnew));
             arg[r] = row_max[i] - mnew;
@@ -354,7 +346,7 @@ void mk_avx512_softmax_update_16(float *s, ptrdiff_t lds, int64_t m,
  * the caller reads next, stay cached. The value is the same either way.
  * Preconditions: ldo >= 0 (0 repeats one row); ldout >= dv when m > 1.
  */
-void mk_avx512_normalize_16(const float *o, ptrdiff_t ldo, int64_t m,
+void mk_avx512_normalize(const float *o, ptrdiff_t ldo, int64_t m,
                             int64_t dv, const float *row_sum, float *out,
                             ptrdiff_t ldout)
 {

@@ -29,14 +29,14 @@ static inline __m512 bf16_to_f32_16(__m256i h)
 }
 
 /* y[i] = binary16 x[i] widened, i < n. */
-void mk_avx512_cvt_f16_16(const uint16_t *x, int64_t n, float *y)
+void mk_avx512_widen_f16(const void *x, int64_t n, float *y)
 {
     assert(n >= 0 && (n == 0 || (x && y)));
     widen(x, n, y, f16_to_f32_16);
 }
 
 /* y[i] = bfloat16 x[i] widened (the high half of its float), i < n. */
-void mk_avx512_cvt_bf16_16(const uint16_t *x, int64_t n, float *y)
+void mk_avx512_widen_bf16(const void *x, int64_t n, float *y)
 {
     assert(n >= 0 && (n == 0 || (x && y)));
     widen(x, n, y, bf16_to_f32_16);

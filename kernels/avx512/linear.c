@@ -11,16 +11,6 @@
 #define LINEAR_NC 256
 #endif
 
-size_t mk_avx512_packed_w_floats(int64_t n, int64_t k)
-{
-    return mk_avx512_panels_floats(n, k);
-}
-
-void mk_avx512_pack_w(const float *w, int64_t n, int64_t k, float *wp)
-{
-    mk_avx512_pack_panels(w, k, n, k, wp);
-}
-
 /* One panel of one strip, with or without bias and narrowing (constant
  * flags at each instantiation). */
 #define LINEAR_TILE(FLAGS)                                                  \

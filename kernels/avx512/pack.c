@@ -10,7 +10,7 @@
 #include "avx512.h"
 #include "tile.h"
 
-size_t mk_avx512_panels_floats(int64_t n, int64_t k)
+size_t mk_avx512_packed_floats(int64_t n, int64_t k)
 {
     return (size_t)((n + MK_AVX512_NR - 1) / MK_AVX512_NR) * MK_AVX512_NR *
            (size_t)k;
@@ -59,7 +59,7 @@ static inline void transpose_16x16(const float *x, ptrdiff_t ldx, int rows,
     }
 }
 
-void mk_avx512_pack_panels(const float *x, ptrdiff_t ldx, int64_t n,
+void mk_avx512_pack(const float *x, ptrdiff_t ldx, int64_t n,
                            int64_t k, float *packed)
 {
     assert(n >= 0 && k >= 0 && ldx >= 0);

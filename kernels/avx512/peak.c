@@ -10,13 +10,13 @@
  */
 #include <immintrin.h>
 
-#include "internal.h"
+#include "avx512.h"
 
 #define CHAINS 16
 
-const double bench_chains_avx512_flops = 2.0 * CHAINS * 16;
+const double mk_avx512_fma_chains_flops = 2.0 * CHAINS * 16;
 
-float bench_chains_avx512(int64_t iterations)
+float mk_avx512_fma_chains(int64_t iterations)
 {
     const __m512 half = _mm512_set1_ps(0.5f);
     __m512 chain[CHAINS];

@@ -40,18 +40,7 @@ static inline float exp_nonpositive(float x)
     return x < -87.0f ? 0.0f : e;
 }
 
-static size_t generic_packed_k_floats(int64_t n, int64_t d)
-{
-    return mk_generic_panels_floats(n, d);
-}
-
-static void generic_pack_k(const float *k, ptrdiff_t ldk, int64_t n,
-                           int64_t d, float *kp)
-{
-    mk_generic_pack_panels(k, ldk, n, d, kp);
-}
-
-static void generic_qk(const float *q, ptrdiff_t ldq, int64_t m,
+void mk_generic_qk(const float *q, ptrdiff_t ldq, int64_t m,
                        const float *kp, int64_t n, int64_t d, float *s,
                        ptrdiff_t lds)
 {
@@ -63,26 +52,29 @@ static void generic_qk(const float *q, ptrdiff_t ldq, int64_t m,
 static float scale_mask_row(float *row, int64_t i, int64_t n, float scale,
                             const mk_mask *mask)
 {
-    int64_t visible = mk_visible_columns(mask, i, n);
+    int64_t lo, hi;
+    mk_visible_range(mask, i, n, &lo, &hi);
     const float *bias = mask->bias ? mask->bias + i * mask->bias_ld : NULL;
     const uint8_t *keep = mask->keep ? mask->keep + i * mask->keep_ld : NULL;
-    for (int64_t j = 0; j < visible; j++)
+    for (int64_t j = lo; j < hi; j++)
         row[j] *= scale;
     if (bias)
-        for (int64_t j = 0; j < visible; j++)
+        for (int64_t j = lo; j < hi; j++)
             row[j] += bias[j];
     if (keep)
-        for (int64_t j = 0; j < visible; j++)
+        for (int64_t j = lo; j < hi; j++)
             row[j] = keep[j] ? row[j] : -INFINITY;
-    for (int64_t j = visible; j < n; j++)
+    for (int64_t j = 0; j < lo; j++)
+        row[j] = -INFINITY;
+    for (int64_t j = hi; j < n; j++)
         row[j] = -INFINITY;
     float mx = -INFINITY;
-    for (int64_t j = 0; j < visible; j++)
+    for (int64_t j = lo; j < hi; j++)
         mx = row[j] > mx ? row[j] : mx;
     return mx;
 }
 
-static void generic_softmax_update(float *s, ptrdiff_t lds, int64_t m,
+void mk_generic_softmax_update(float *s, ptrdiff_t lds, int64_t m,
                                    int64_t n, float scale,
                                    const mk_mask *mask, float *row_max,
                                    float *row_sum, float *alpha)
@@ -109,7 +101,7 @@ static void generic_softmax_update(float *s, ptrdiff_t lds, int64_t m,
     }
 }
 
-static void generic_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+void mk_generic_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                        const float *v, ptrdiff_t ldv, int64_t dv,
                        const float *alpha, float *o, ptrdiff_t ldo)
 {
@@ -117,7 +109,7 @@ static void generic_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                          ldo);
 }
 
-static void generic_normalize(const float *o, ptrdiff_t ldo, int64_t m,
+void mk_generic_normalize(const float *o, ptrdiff_t ldo, int64_t m,
                               int64_t dv, const float *row_sum, float *out,
                               ptrdiff_t ldout)
 {
@@ -135,21 +127,3 @@ static void generic_normalize(const float *o, ptrdiff_t ldo, int64_t m,
     }
 }
 
-const mk_table mk_table_generic = {
-    .name = "generic",
-    .block_q = 32,
-    .block_k = 64,
-    .packed_k_floats = generic_packed_k_floats,
-    .pack_k = generic_pack_k,
-    .qk = generic_qk,
-    .softmax_update = generic_softmax_update,
-    .pv = generic_pv,
-    .normalize = generic_normalize,
-    .decode_qk = mk_generic_decode_qk,
-    .decode_pv = mk_generic_decode_pv,
-    .cvt_f16 = mk_generic_cvt_f16,
-    .cvt_bf16 = mk_generic_cvt_bf16,
-    .packed_w_floats = mk_generic_packed_w_floats,
-    .pack_w = mk_generic_pack_w,
-    .linear = mk_generic_linear,
-};

@@ -30,16 +30,24 @@ static inline float f16_to_f32(uint16_t h)
     return f;
 }
 
-void mk_generic_cvt_f16(const uint16_t *x, int64_t n, float *y)
+void mk_generic_widen_f32(const void *x, int64_t n, float *y)
 {
-    for (int64_t i = 0; i < n; i++)
-        y[i] = f16_to_f32(x[i]);
+    if (n > 0)
+        memcpy(y, x, (size_t)n * sizeof *y);
 }
 
-void mk_generic_cvt_bf16(const uint16_t *x, int64_t n, float *y)
+void mk_generic_widen_f16(const void *x, int64_t n, float *y)
 {
+    const uint16_t *h = x;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = f16_to_f32(h[i]);
+}
+
+void mk_generic_widen_bf16(const void *x, int64_t n, float *y)
+{
+    const uint16_t *h = x;
     for (int64_t i = 0; i < n; i++) {
-        uint32_t bits = (uint32_t)x[i] << 16;
+        uint32_t bits = (uint32_t)h[i] << 16;
         memcpy(&y[i], &bits, sizeof bits);
     }
 }

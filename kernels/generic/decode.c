@@ -11,16 +11,14 @@ enum { CHUNK = 64 };
 static const float *widen(const void *row, mk_dtype t, int64_t c, int64_t n,
                           float *y)
 {
-    if (t == MK_F32)
-        return (const float *)row + c;
-    if (t == MK_F16)
-        mk_generic_cvt_f16((const uint16_t *)row + c, n, y);
-    else
-        mk_generic_cvt_bf16((const uint16_t *)row + c, n, y);
+    switch (t) {
+    case MK_F32: return (const float *)row + c;
+    case MK_F16: mk_generic_widen_f16((const uint16_t *)row + c, n, y); break;
+    case MK_BF16: mk_generic_widen_bf16((const uint16_t *)row + c, n, y); break;
+    case MK_DTYPE_COUNT: break;
+    }
     return y;
 }
-
-static size_t elem_size(mk_dtype t) { return t == MK_F32 ? 4 : 2; }
 
 /* Rows fetched ahead into L2 (as in the AVX2 kernels): K/V rows of one head
  * are a page or more apart in [B, L, H, D], where hardware prefetchers
@@ -77,8 +75,8 @@ void mk_generic_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                           int64_t d, float *s, ptrdiff_t lds)
 {
     for (int64_t j = 0; j < n; j++) {
-        const char *row = (const char *)k + (size_t)(j * ldk) * elem_size(kt);
-        prefetch_row(k, ldk, elem_size(kt), j + AHEAD, n, d);
+        const char *row = (const char *)k + (size_t)(j * ldk) * mk_dtype_size(kt);
+        prefetch_row(k, ldk, mk_dtype_size(kt), j + AHEAD, n, d);
         for (int64_t i = 0; i < m; i++)
             s[i * lds + j] = dot(q + i * ldq, row, kt, d);
     }
@@ -94,8 +92,8 @@ void mk_generic_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
         for (int64_t c = 0; c < dv; c++)
             o[i * ldo + c] *= alpha[i];
     for (int64_t j = 0; j < n; j++) {
-        const char *row = (const char *)v + (size_t)(j * ldv) * elem_size(vt);
-        prefetch_row(v, ldv, elem_size(vt), j + AHEAD, n, dv);
+        const char *row = (const char *)v + (size_t)(j * ldv) * mk_dtype_size(vt);
+        prefetch_row(v, ldv, mk_dtype_size(vt), j + AHEAD, n, dv);
         for (int64_t c = 0; c < dv; c += CHUNK) {
             int64_t w = dv - c < CHUNK ? dv - c : CHUNK;
             const float *vr = widen(row, vt, c, w, vb);

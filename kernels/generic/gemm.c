@@ -2,6 +2,7 @@
  * 16-wide column loop. Every element is accumulated in order of p from its
  * init value, whatever tile path computes it (the determinism contract). */
 #include "gemm.h"
+#include "generic.h"
 
 #include <assert.h>
 
@@ -79,12 +80,12 @@ void mk_generic_gemm_4x16(int64_t m, int64_t n, int64_t k, const float *a,
     }
 }
 
-size_t mk_generic_panels_floats(int64_t n, int64_t k)
+size_t mk_generic_packed_floats(int64_t n, int64_t k)
 {
     return (size_t)((n + NR - 1) / NR) * NR * (size_t)k;
 }
 
-void mk_generic_pack_panels(const float *x, ptrdiff_t ldx, int64_t n,
+void mk_generic_pack(const float *x, ptrdiff_t ldx, int64_t n,
                             int64_t k, float *packed)
 {
     assert(n >= 0 && k >= 0);

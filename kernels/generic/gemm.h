@@ -12,17 +12,15 @@
  * order of p, where init is 0 when c_scale is NULL and c_scale[i] * c[i][j]
  * otherwise. b(p, j) sits at b[(j / NR) * b_panel + p * ldb + j % NR]:
  * a row-major matrix is ldb = its row stride, b_panel = NR; a packed one
- * (mk_generic_pack_panels) is ldb = NR, b_panel = k * NR. */
+ * (mk_generic_pack) is ldb = NR, b_panel = k * NR. */
 void mk_generic_gemm_4x16(int64_t m, int64_t n, int64_t k, const float *a,
                           ptrdiff_t lda, const float *b, ptrdiff_t ldb,
                           ptrdiff_t b_panel, const float *c_scale, float *c,
                           ptrdiff_t ldc);
 
-/* Packs the transpose of x (n rows of depth k, row stride ldx) into panels
- * of NR columns: panel q holds x[q*NR + j][p] at q*k*NR + p*NR + j, with
- * zeros past n. Needs mk_generic_panels_floats(n, k) floats. */
-void mk_generic_pack_panels(const float *x, ptrdiff_t ldx, int64_t n,
-                            int64_t k, float *packed);
-size_t mk_generic_panels_floats(int64_t n, int64_t k);
+/* mk_generic_pack (gemm.c, the table's pack) packs the transpose of x
+ * (n rows of depth k, row stride ldx) into panels of NR columns: panel q
+ * holds x[q*NR + j][p] at q*k*NR + p*NR + j, with zeros past n, in
+ * mk_generic_packed_floats(n, k) floats. */
 
 #endif

@@ -1,27 +1,21 @@
-/* The generic kernels other generic files share. */
+/* The generic kernels: the instances table.c puts in the generic table
+ * (their types are declared once in kernels.h). */
 #ifndef MK_GENERIC_H
 #define MK_GENERIC_H
 
-#include <stddef.h>
-#include <stdint.h>
-
 #include "kernels.h"
 
-void mk_generic_cvt_f16(const uint16_t *x, int64_t n, float *y);
-void mk_generic_cvt_bf16(const uint16_t *x, int64_t n, float *y);
-
-size_t mk_generic_packed_w_floats(int64_t n, int64_t k);
-void mk_generic_pack_w(const float *w, int64_t n, int64_t k, float *wp);
-void mk_generic_linear(const float *a, ptrdiff_t lda, int64_t m,
-                       const float *wp, int64_t n, int64_t k,
-                       const float *bias, float *c, ptrdiff_t ldc);
-
-void mk_generic_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
-                          const void *k, mk_dtype kt, ptrdiff_t ldk, int64_t n,
-                          int64_t d, float *s, ptrdiff_t lds);
-void mk_generic_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
-                          const void *v, mk_dtype vt, ptrdiff_t ldv,
-                          int64_t dv, const float *alpha, float *o,
-                          ptrdiff_t ldo);
+mk_packed_floats_fn mk_generic_packed_floats; /* gemm.c */
+mk_pack_fn mk_generic_pack;                   /* gemm.c */
+mk_qk_fn mk_generic_qk;
+mk_softmax_update_fn mk_generic_softmax_update;
+mk_pv_fn mk_generic_pv;
+mk_normalize_fn mk_generic_normalize;
+mk_decode_qk_fn mk_generic_decode_qk;
+mk_decode_pv_fn mk_generic_decode_pv;
+mk_widen_fn mk_generic_widen_f32, mk_generic_widen_f16, mk_generic_widen_bf16;
+mk_linear_fn mk_generic_linear;
+mk_fma_chains_fn mk_generic_fma_chains;
+extern const double mk_generic_fma_chains_flops;
 
 #endif

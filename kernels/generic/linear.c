@@ -6,16 +6,6 @@
 #include "generic.h"
 #include "kernels.h"
 
-size_t mk_generic_packed_w_floats(int64_t n, int64_t k)
-{
-    return mk_generic_panels_floats(n, k);
-}
-
-void mk_generic_pack_w(const float *w, int64_t n, int64_t k, float *wp)
-{
-    mk_generic_pack_panels(w, k, n, k, wp);
-}
-
 void mk_generic_linear(const float *a, ptrdiff_t lda, int64_t m,
                        const float *wp, int64_t n, int64_t k,
                        const float *bias, float *c, ptrdiff_t ldc)

@@ -9,29 +9,29 @@
  * registers of x86-64 and leave enough chains in flight to cover the
  * latency of a multiply followed by an add.
  */
-#include "internal.h"
+#include "generic.h"
 
-typedef float bench_v4f __attribute__((vector_size(16)));
+typedef float v4f __attribute__((vector_size(16)));
 
 enum { CHAINS = 12, LANES = 4 };
 
-const double bench_chains_generic_flops = 2.0 * CHAINS * LANES;
+const double mk_generic_fma_chains_flops = 2.0 * CHAINS * LANES;
 
-float bench_chains_generic(int64_t iterations)
+float mk_generic_fma_chains(int64_t iterations)
 {
     /* x -> 0.5 x + 0.5 converges to 1: no overflow, no denormals. */
-    const bench_v4f mul = {0.5f, 0.5f, 0.5f, 0.5f};
-    const bench_v4f add = {0.5f, 0.5f, 0.5f, 0.5f};
-    bench_v4f acc[CHAINS];
+    const v4f mul = {0.5f, 0.5f, 0.5f, 0.5f};
+    const v4f add = {0.5f, 0.5f, 0.5f, 0.5f};
+    v4f acc[CHAINS];
     for (int c = 0; c < CHAINS; ++c) {
         const float x = (float)c;
-        acc[c] = (bench_v4f){x, x + 1.0f, x + 2.0f, x + 3.0f};
+        acc[c] = (v4f){x, x + 1.0f, x + 2.0f, x + 3.0f};
     }
     for (int64_t i = 0; i < iterations; ++i) {
         for (int c = 0; c < CHAINS; ++c)
             acc[c] = acc[c] * mul + add;
     }
-    bench_v4f total = acc[0];
+    v4f total = acc[0];
     for (int c = 1; c < CHAINS; ++c)
         total += acc[c];
     return total[0] + total[1] + total[2] + total[3];

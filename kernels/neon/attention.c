@@ -1,4 +1,4 @@
-/* The AArch64 Advanced SIMD (NEON) attention kernels and their table.
+/* The AArch64 Advanced SIMD (NEON) attention kernels.
  * Advanced SIMD is baseline on AArch64, so this file needs no ISA flags;
  * the engine still asks the CPU (HWCAP_ASIMD) before picking the table.
  * exp comes from SLEEF's Sleef_expf4_u10advsimd (1.0 ULP). */
@@ -12,19 +12,8 @@
 #include "kernels.h"
 #include "neon.h"
 
-static size_t mk_neon_packed_k_floats(int64_t n, int64_t d)
-{
-    return mk_neon_panels_floats(n, d);
-}
-
-static void mk_neon_pack_k_8(const float *k, ptrdiff_t ldk, int64_t n,
-                             int64_t d, float *kp)
-{
-    mk_neon_pack_panels(k, ldk, n, d, kp);
-}
-
 /* S = Q Kᵀ on the 8x8 tile of gemm.c, K packed into 8-key panels. */
-static void mk_neon_qk_8x8(const float *q, ptrdiff_t ldq, int64_t m,
+void mk_neon_qk_8x8(const float *q, ptrdiff_t ldq, int64_t m,
                            const float *kp, int64_t n, int64_t d, float *s,
                            ptrdiff_t lds)
 {
@@ -110,7 +99,7 @@ static float exp_row(float *row, int64_t visible, float mx)
  * sums P. Columns a causal or key-length mask hides are never read; they
  * become P = 0. Preconditions: lds >= n, row_max/row_sum/alpha hold m
  * floats, keep/bias rows hold n columns. */
-static void mk_neon_softmax_update(float *s, ptrdiff_t lds, int64_t m,
+void mk_neon_softmax_update(float *s, ptrdiff_t lds, int64_t m,
                                    int64_t n, float scale,
                                    const mk_mask *mask, float *row_max,
                                    float *row_sum, float *alpha)
@@ -119,21 +108,24 @@ static void mk_neon_softmax_update(float *s, ptrdiff_t lds, int64_t m,
     assert(mask != NULL);
     assert(m == 0 || (row_max && row_sum && alpha));
     for (int64_t i = 0; i < m; i++) {
-        float *row = s + i * lds;
-        int64_t visible = mk_visible_columns(mask, i, n);
+        int64_t lo, hi;
+        mk_visible_range(mask, i, n, &lo, &hi);
+        float *whole = s + i * lds, *row = whole + lo;
+        int64_t visible = hi - lo;
         const float *bias =
-            mask->bias ? mask->bias + i * mask->bias_ld : NULL;
+            mask->bias ? mask->bias + i * mask->bias_ld + lo : NULL;
         const uint8_t *keep =
-            mask->keep ? mask->keep + i * mask->keep_ld : NULL;
+            mask->keep ? mask->keep + i * mask->keep_ld + lo : NULL;
         float bmax = scale_mask_row(row, bias, keep, visible, scale);
         float mnew = mk_row_next_max(row, visible, bmax, row_max[i]);
         if (mnew == -INFINITY) {
-            memset(row, 0, (size_t)n * sizeof *row);
+            memset(whole, 0, (size_t)n * sizeof *whole);
             alpha[i] = 1.0f;
             continue;
         }
         float sum = exp_row(row, visible, mnew);
-        memset(row + visible, 0, (size_t)(n - visible) * sizeof *row);
+        memset(whole, 0, (size_t)lo * sizeof *whole);
+        memset(whole + hi, 0, (size_t)(n - hi) * sizeof *whole);
         float a = vgetq_lane_f32(
             Sleef_expf4_u10advsimd(vdupq_n_f32(row_max[i] - mnew)), 0);
         alpha[i] = a;
@@ -144,7 +136,7 @@ static void mk_neon_softmax_update(float *s, ptrdiff_t lds, int64_t m,
 
 /* O = alpha O + P V on the 8x8 tile of gemm.c, V read in place (row j of
  * V is row j of the right-hand side, 8 columns a panel). */
-static void mk_neon_pv_8x8(const float *p, ptrdiff_t ldp, int64_t m,
+void mk_neon_pv_8x8(const float *p, ptrdiff_t ldp, int64_t m,
                            int64_t n, const float *v, ptrdiff_t ldv,
                            int64_t dv, const float *alpha, float *o,
                            ptrdiff_t ldo)
@@ -159,7 +151,7 @@ static void mk_neon_pv_8x8(const float *p, ptrdiff_t ldp, int64_t m,
 
 /* out = o / row_sum as o * (1 / row_sum), as on the generic path; rows
  * with row_sum == 0 (every key masked) become zeros. */
-static void mk_neon_normalize(const float *o, ptrdiff_t ldo, int64_t m,
+void mk_neon_normalize(const float *o, ptrdiff_t ldo, int64_t m,
                               int64_t dv, const float *row_sum, float *out,
                               ptrdiff_t ldout)
 {
@@ -180,24 +172,3 @@ static void mk_neon_normalize(const float *o, ptrdiff_t ldo, int64_t m,
             dst[c] = src[c] * inv;
     }
 }
-
-/* Tiles are multiples of the 8x8 register tile; a 64-key block of packed K
- * at d = 128 (32 KiB) and the 32 x 64 score tile (8 KiB) fit a 64 KiB L1D. */
-const mk_table mk_table_neon = {
-    .name = "neon",
-    .block_q = 32,
-    .block_k = 64,
-    .packed_k_floats = mk_neon_packed_k_floats,
-    .pack_k = mk_neon_pack_k_8,
-    .qk = mk_neon_qk_8x8,
-    .softmax_update = mk_neon_softmax_update,
-    .pv = mk_neon_pv_8x8,
-    .normalize = mk_neon_normalize,
-    .decode_qk = mk_neon_decode_qk,
-    .decode_pv = mk_neon_decode_pv,
-    .cvt_f16 = mk_neon_cvt_f16,
-    .cvt_bf16 = mk_neon_cvt_bf16,
-    .packed_w_floats = mk_neon_packed_w_floats,
-    .pack_w = mk_neon_pack_w,
-    .linear = mk_neon_linear_8x8,
-};

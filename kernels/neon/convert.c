@@ -23,8 +23,9 @@ static inline float32x4_t f16x4_to_f32(uint16x4_t h)
     return vbslq_f32(nan, vreinterpretq_f32_u32(nan_bits), y);
 }
 
-void mk_neon_cvt_f16(const uint16_t *x, int64_t n, float *y)
+void mk_neon_widen_f16(const void *xv, int64_t n, float *y)
 {
+    const uint16_t *x = xv;
     assert(n >= 0 && (n == 0 || (x && y)));
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -42,8 +43,9 @@ void mk_neon_cvt_f16(const uint16_t *x, int64_t n, float *y)
     }
 }
 
-void mk_neon_cvt_bf16(const uint16_t *x, int64_t n, float *y)
+void mk_neon_widen_bf16(const void *xv, int64_t n, float *y)
 {
+    const uint16_t *x = xv;
     assert(n >= 0 && (n == 0 || (x && y)));
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {

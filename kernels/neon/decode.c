@@ -26,17 +26,17 @@
  * use (at least PREFETCH_MIN_ROWS rows). */
 enum { KEYS = 4, PREFETCH_BYTES = 2048, PREFETCH_MIN_ROWS = 8 };
 
-INLINE size_t elem_bytes(mk_dtype t) { return t == MK_F32 ? 4 : 2; }
-
 /* Elements [c, c + 4) of a row of type t as fp32. */
 INLINE float32x4_t load4(const void *row, mk_dtype t, int64_t c)
 {
-    if (t == MK_F32)
-        return vld1q_f32((const float *)row + c);
-    uint16x4_t h = vld1_u16((const uint16_t *)row + c);
-    if (t == MK_F16)
-        return vcvt_f32_f16(vreinterpret_f16_u16(h));
-    return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
+    const uint16_t *h = (const uint16_t *)row + c;
+    switch (t) {
+    case MK_F32: return vld1q_f32((const float *)row + c);
+    case MK_F16: return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
+    case MK_BF16: return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(h), 16));
+    case MK_DTYPE_COUNT: break;
+    }
+    return vdupq_n_f32(0.0f);
 }
 
 /* Elements [c, c + left) of a row, left in 1..3, zero beyond; nothing past
@@ -44,14 +44,10 @@ INLINE float32x4_t load4(const void *row, mk_dtype t, int64_t c)
 INLINE float32x4_t load_tail(const void *row, mk_dtype t, int64_t c,
                              int64_t left)
 {
-    if (t == MK_F32) {
-        float x[4] = {0};
-        memcpy(x, (const float *)row + c, (size_t)left * sizeof x[0]);
-        return vld1q_f32(x);
-    }
-    uint16_t h[4] = {0};
-    memcpy(h, (const uint16_t *)row + c, (size_t)left * sizeof h[0]);
-    return load4(h, t, 0);
+    const size_t es = mk_dtype_size(t);
+    _Alignas(16) unsigned char buf[4 * sizeof(float)] = {0};
+    memcpy(buf, (const char *)row + (size_t)c * es, (size_t)left * es);
+    return load4(buf, t, 0);
 }
 
 /* Rows ahead worth prefetching for rows of row_bytes. */
@@ -122,8 +118,8 @@ INLINE void qk_typed(const float *q, ptrdiff_t ldq, int64_t m,
                      const char *k, mk_dtype t, ptrdiff_t ldk, int64_t n,
                      int64_t d, float *s, ptrdiff_t lds)
 {
-    const size_t ld_bytes = (size_t)ldk * elem_bytes(t);
-    const size_t row_bytes = (size_t)d * elem_bytes(t);
+    const size_t ld_bytes = (size_t)ldk * mk_dtype_size(t);
+    const size_t row_bytes = (size_t)d * mk_dtype_size(t);
     const int64_t ahead = prefetch_distance(row_bytes);
     for (int64_t j0 = 0; j0 < n; j0 += KEYS) {
         int64_t nk = n - j0 < KEYS ? n - j0 : KEYS;
@@ -156,6 +152,7 @@ void mk_neon_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
     case MK_F32: qk_typed(q, ldq, m, k, MK_F32, ldk, n, d, s, lds); break;
     case MK_F16: qk_typed(q, ldq, m, k, MK_F16, ldk, n, d, s, lds); break;
     case MK_BF16: qk_typed(q, ldq, m, k, MK_BF16, ldk, n, d, s, lds); break;
+    case MK_DTYPE_COUNT: break;
     }
 }
 
@@ -202,8 +199,8 @@ INLINE void pv_typed(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                      const char *v, mk_dtype t, ptrdiff_t ldv, int64_t dv,
                      float *o, ptrdiff_t ldo)
 {
-    const size_t ld_bytes = (size_t)ldv * elem_bytes(t);
-    const size_t row_bytes = (size_t)dv * elem_bytes(t);
+    const size_t ld_bytes = (size_t)ldv * mk_dtype_size(t);
+    const size_t row_bytes = (size_t)dv * mk_dtype_size(t);
     const int64_t ahead = prefetch_distance(row_bytes);
     int64_t j0 = 0;
     for (; j0 + KEYS <= n; j0 += KEYS) {
@@ -239,5 +236,6 @@ void mk_neon_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     case MK_F32: pv_typed(p, ldp, m, n, v, MK_F32, ldv, dv, o, ldo); break;
     case MK_F16: pv_typed(p, ldp, m, n, v, MK_F16, ldv, dv, o, ldo); break;
     case MK_BF16: pv_typed(p, ldp, m, n, v, MK_BF16, ldv, dv, o, ldo); break;
+    case MK_DTYPE_COUNT: break;
     }
 }

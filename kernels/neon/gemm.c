@@ -180,7 +180,7 @@ void mk_neon_gemm_8x8(int64_t m, int64_t n, int64_t k, const float *a,
     } while (p0 < k);
 }
 
-size_t mk_neon_panels_floats(int64_t n, int64_t k)
+size_t mk_neon_packed_floats(int64_t n, int64_t k)
 {
     return (size_t)((n + NR - 1) / NR) * NR * (size_t)k;
 }
@@ -201,7 +201,7 @@ static void transpose_4x4(const float *x, ptrdiff_t ldx, float *dst)
     vst1q_f32(dst + 3 * NR, vreinterpretq_f32_f64(vtrn2q_f64(o01, o23)));
 }
 
-void mk_neon_pack_panels(const float *x, ptrdiff_t ldx, int64_t n, int64_t k,
+void mk_neon_pack(const float *x, ptrdiff_t ldx, int64_t n, int64_t k,
                          float *packed)
 {
     assert(n >= 0 && k >= 0);

@@ -16,7 +16,7 @@
  * init is 0 when c_scale is NULL and c_scale[i] * c[i][j] otherwise, and
  * bias (optional) is added after the sum. b(p, j) sits at
  * b[(j / NR) * b_panel + p * ldb + j % NR]: a row-major matrix is ldb = its
- * row stride, b_panel = NR; a packed one (mk_neon_pack_panels) is ldb = NR,
+ * row stride, b_panel = NR; a packed one (mk_neon_pack) is ldb = NR,
  * b_panel = k * NR. Reads no element of b outside those addresses. */
 void mk_neon_gemm_8x8(int64_t m, int64_t n, int64_t k, const float *a,
                       ptrdiff_t lda, const float *b, ptrdiff_t ldb,
@@ -25,9 +25,9 @@ void mk_neon_gemm_8x8(int64_t m, int64_t n, int64_t k, const float *a,
 
 /* Packs the transpose of x (n rows of depth k, row stride ldx) into panels
  * of NR columns: panel q holds x[q*NR + j][p] at q*k*NR + p*NR + j, with
- * zeros past n. Needs mk_neon_panels_floats(n, k) floats. */
-void mk_neon_pack_panels(const float *x, ptrdiff_t ldx, int64_t n, int64_t k,
+ * zeros past n. Needs mk_neon_packed_floats(n, k) floats. */
+void mk_neon_pack(const float *x, ptrdiff_t ldx, int64_t n, int64_t k,
                          float *packed);
-size_t mk_neon_panels_floats(int64_t n, int64_t k);
+size_t mk_neon_packed_floats(int64_t n, int64_t k);
 
 #endif

@@ -7,16 +7,6 @@
 #include "gemm.h"
 #include "neon.h"
 
-size_t mk_neon_packed_w_floats(int64_t n, int64_t k)
-{
-    return mk_neon_panels_floats(n, k);
-}
-
-void mk_neon_pack_w(const float *w, int64_t n, int64_t k, float *wp)
-{
-    mk_neon_pack_panels(w, k, n, k, wp);
-}
-
 void mk_neon_linear_8x8(const float *a, ptrdiff_t lda, int64_t m,
                         const float *wp, int64_t n, int64_t k,
                         const float *bias, float *c, ptrdiff_t ldc)

@@ -1,30 +1,27 @@
-/* The NEON kernels the table in attention.c takes from the other files of
- * kernels/neon/. Internal. */
+/* The NEON kernels: the instances table.c puts in the neon table.
+ * Internal. */
 #ifndef MK_NEON_H
 #define MK_NEON_H
 
-#include <stddef.h>
-#include <stdint.h>
-
 #include "kernels.h"
 
-/* convert.c */
-void mk_neon_cvt_f16(const uint16_t *x, int64_t n, float *y);
-void mk_neon_cvt_bf16(const uint16_t *x, int64_t n, float *y);
-
+/* gemm.c (mk_neon_pack: panels of MK_NEON_NR columns, gemm.h) */
+mk_packed_floats_fn mk_neon_packed_floats;
+mk_pack_fn mk_neon_pack;
+/* attention.c */
+mk_qk_fn mk_neon_qk_8x8;
+mk_softmax_update_fn mk_neon_softmax_update;
+mk_pv_fn mk_neon_pv_8x8;
+mk_normalize_fn mk_neon_normalize;
 /* decode.c */
-void mk_neon_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
-                       const void *k, mk_dtype kt, ptrdiff_t ldk, int64_t n,
-                       int64_t d, float *s, ptrdiff_t lds);
-void mk_neon_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
-                       const void *v, mk_dtype vt, ptrdiff_t ldv, int64_t dv,
-                       const float *alpha, float *o, ptrdiff_t ldo);
-
+mk_decode_qk_fn mk_neon_decode_qk;
+mk_decode_pv_fn mk_neon_decode_pv;
+/* convert.c */
+mk_widen_fn mk_neon_widen_f16, mk_neon_widen_bf16;
 /* linear.c */
-size_t mk_neon_packed_w_floats(int64_t n, int64_t k);
-void mk_neon_pack_w(const float *w, int64_t n, int64_t k, float *wp);
-void mk_neon_linear_8x8(const float *a, ptrdiff_t lda, int64_t m,
-                        const float *wp, int64_t n, int64_t k,
-                        const float *bias, float *c, ptrdiff_t ldc);
+mk_linear_fn mk_neon_linear_8x8;
+/* peak.c */
+mk_fma_chains_fn mk_neon_fma_chains;
+extern const double mk_neon_fma_chains_flops;
 
 #endif

@@ -5,13 +5,13 @@
  */
 #include <arm_neon.h>
 
-#include "internal.h"
+#include "neon.h"
 
 enum { CHAINS = 16, LANES = 4 };
 
-const double bench_chains_neon_flops = 2.0 * CHAINS * LANES;
+const double mk_neon_fma_chains_flops = 2.0 * CHAINS * LANES;
 
-float bench_chains_neon(int64_t iterations)
+float mk_neon_fma_chains(int64_t iterations)
 {
     const float32x4_t mul = vdupq_n_f32(0.5f);
     const float32x4_t add = vdupq_n_f32(0.5f);

@@ -1,0 +1,26 @@
+/* The generic kernel table: every slot set, the base of every other ISA's
+ * table. Tiles are multiples of the 4x16 register tile of gemm.c. */
+#include "generic.h"
+
+void mk_init_generic(mk_table *t)
+{
+    *t = (mk_table){
+        .name = "generic",
+        .block_q = 32,
+        .block_k = 64,
+        .packed_floats = mk_generic_packed_floats,
+        .pack = mk_generic_pack,
+        .qk = mk_generic_qk,
+        .softmax_update = mk_generic_softmax_update,
+        .pv = mk_generic_pv,
+        .normalize = mk_generic_normalize,
+        .decode_qk = mk_generic_decode_qk,
+        .decode_pv = mk_generic_decode_pv,
+        .widen = {[MK_F32] = mk_generic_widen_f32,
+                  [MK_F16] = mk_generic_widen_f16,
+                  [MK_BF16] = mk_generic_widen_bf16},
+        .linear = mk_generic_linear,
+        .fma_chains = mk_generic_fma_chains,
+        .fma_chains_flops = mk_generic_fma_chains_flops,
+    };
+}
