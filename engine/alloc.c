@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "engine.h"
+#include "test_hooks.h"
 
 static atomic_long fail_countdown = -1; /* < 0: never fail */
 static atomic_long alloc_count = 0;

@@ -1,8 +1,5 @@
-/* CPU feature detection. Compiled without ISA flags; each answer is
- * computed once and cached (a benign race: every thread computes the same
- * value and stores it atomically). */
-#include <stdatomic.h>
-
+/* CPU feature detection for the ISA registry (isa.c caches the answers).
+ * Compiled without ISA flags. */
 #include "engine.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -38,7 +35,7 @@ static int detect_avx2_fma(void)
  * kernels for the slots it leaves, so AVX2+FMA is required too. */
 static int detect_avx512(void)
 {
-    if (!mha_cpu_has_avx2_fma()) /* also: OSXSAVE, so XGETBV exists */
+    if (!detect_avx2_fma()) /* also: OSXSAVE, so XGETBV exists */
         return 0;
     unsigned a, b, c, d;
     __cpuid_count(7, 0, a, b, c, d);
@@ -73,22 +70,6 @@ static int detect_neon(void) { return 1; } /* baseline of AArch64 */
 static int detect_neon(void) { return 0; }
 #endif
 
-/* 0: not yet known; 1: absent; 2: present. */
-static atomic_int avx2_state, avx512_state, neon_state;
-
-static int cached(atomic_int *state, int (*detect)(void))
-{
-    int s = atomic_load_explicit(state, memory_order_acquire);
-    if (s == 0) {
-        s = detect() ? 2 : 1;
-        atomic_store_explicit(state, s, memory_order_release);
-    }
-    return s == 2;
-}
-
-int mha_cpu_has_avx2_fma(void) { return cached(&avx2_state, detect_avx2_fma); }
-int mha_cpu_has_neon(void) { return cached(&neon_state, detect_neon); }
-int mha_cpu_has_avx512(void)
-{
-    return cached(&avx512_state, detect_avx512);
-}
+int mha_cpu_detect_avx2_fma(void) { return detect_avx2_fma(); }
+int mha_cpu_detect_avx512(void) { return detect_avx512(); }
+int mha_cpu_detect_neon(void) { return detect_neon(); }

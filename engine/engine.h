@@ -1,4 +1,5 @@
-/* Engine internals shared by the files of engine/. Not installed. */
+/* Engine internals shared by the files of engine/. Not installed. The
+ * house and the data path of one call: docs/design.md. */
 #ifndef MHA_ENGINE_H
 #define MHA_ENGINE_H
 
@@ -8,40 +9,46 @@
 struct mha_engine {
     mha_isa isa;      /* the table picked: never MHA_ISA_AUTO */
     int num_threads;  /* 0: OpenMP's default at call time */
-    mk_table kernels; /* generic slots overridden by the ISA's */
+    mk_table kernels; /* filled by the ISA's initialiser */
 };
 
-/* Records a formatted message for this thread and returns status. */
+/* errors.c: records a formatted message for this thread, returns status. */
 mha_status mha_fail(mha_status status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
 
-/* CPU detection (cpu.c, compiled without ISA flags; cached). */
-int mha_cpu_has_avx2_fma(void);
-int mha_cpu_has_neon(void);
-/* AVX-512F/BW/VL/DQ with the opmask and ZMM state enabled, and AVX2+FMA. */
-int mha_cpu_has_avx512(void);
+/* cpu.c: uncached CPU detection (isa.c caches it). avx512 means
+ * AVX-512F/BW/VL/DQ with the opmask and ZMM state enabled, and AVX2+FMA. */
+int mha_cpu_detect_avx2_fma(void);
+int mha_cpu_detect_avx512(void);
+int mha_cpu_detect_neon(void);
 
-/* dispatch.c: the table for an ISA, or an error status (with message) when
- * the build or the CPU lacks it. isa may be MHA_ISA_AUTO. */
+/* isa.c: the filled table of an ISA, or an error status (with message)
+ * when the build or the CPU lacks it. isa may be MHA_ISA_AUTO. Tests and
+ * the benchmark reach tables through it. */
 mha_status mha_dispatch(mha_isa isa, mha_isa *picked, mk_table *table);
 
-/* Thread count for a call: the engine's, or OpenMP's default. */
-int mha_threads_for_call(const mha_engine *engine);
+/* engine.c: threads for a call of `items` work items: the engine's count,
+ * or OpenMP's default clamped to MHA_MAX_THREADS, at most items, >= 1. */
+int mha_threads_for_call(const mha_engine *engine, int64_t items);
 
 /* alloc.c: every allocation of the engine goes through these, so tests can
  * make the n-th one fail. Memory is 64-byte aligned. */
 void *mha_alloc(size_t bytes);
 void mha_free(void *p);
 
-/* Test hook: the next n allocations succeed, the one after fails (once);
- * n < 0 disarms. Returns the number of allocations made since the last
- * call. Process-wide; tests only. */
-MHA_API long mha_test_fail_alloc_after(long n);
+/* dtype.c: the traits of a dtype; NULL for a value outside the enum. */
+typedef struct {
+    const char *name;
+    size_t size;
+    int kv_ok;      /* may store keys and values */
+    int compute_ok; /* may be q and out */
+} mha_dtype_traits;
+const mha_dtype_traits *mha_dtype_traits_of(mha_dtype dtype);
 
-/* attention.c: the validated problem, shared with the layer. */
+/* The validated problem of one attention call, shared with the layer. */
 typedef struct mha_problem {
     const float *q;
     const void *k, *v; /* of k_dtype, v_dtype */
@@ -57,14 +64,8 @@ typedef struct mha_problem {
     float *weights;
 } mha_problem;
 
-/* validate.c */
-mha_status mha_validate_attention(const mha_attention_args *args,
-                                  mha_problem *problem);
-mha_status mha_validate_mask(const mha_mask *mask, int64_t batch,
-                             int64_t heads, int64_t lq, int64_t lk,
-                             mha_mask *copy);
-/* Bytes of one element of dtype; 0 for an unknown dtype. */
-size_t mha_dtype_size(mha_dtype dtype);
+/* validate.c ---------------------------------------------------------- */
+
 /* A byte range [lo, hi) a buffer may touch. */
 typedef struct {
     uintptr_t lo, hi;
@@ -75,29 +76,52 @@ static inline int mha_spans_overlap(mha_span a, mha_span b)
     return a.lo < b.hi && b.lo < a.hi;
 }
 
-/* The weights output: bytes at weights (already overflow-checked) must fit
- * the address space and miss the n inputs (named) and out. Sets *span. */
-mha_status mha_check_weights(const float *weights, int64_t bytes,
-                             mha_span out, const mha_span *inputs,
-                             const char *const *names, int n,
-                             mha_span *span);
-
-/* MHA_ERR_BAD_MASK if an array of a validated mask shares a byte with
- * [output, output + bytes), the buffer called name. */
-mha_status mha_check_mask_disjoint(const mha_mask *mask, int64_t batch,
-                                   int64_t heads, int64_t lq, int64_t lk,
-                                   const void *output, size_t bytes,
-                                   const char *name);
 /* Overflow-checked arithmetic: return 0 on overflow. */
 int mha_mul_ok(int64_t a, int64_t b, int64_t *r);
 int mha_add_ok(int64_t a, int64_t b, int64_t *r);
 
-/* attention.c: scratch bytes for a validated problem run on nthreads
- * (MHA_ERR_OVERFLOW if they do not fit), and the run itself (cannot fail). */
-mha_status mha_attention_scratch_bytes(const mk_table *t,
-                                       const mha_problem *p, int nthreads,
-                                       size_t *bytes);
-void mha_attention_run(const mk_table *t, const mha_problem *p, void *scratch,
-                       int nthreads);
+/* The caller's buffers of one call, as views (docs/design.md,
+ * "Validation"): inputs, the output, the optional weights [batch, heads,
+ * lq, lk] and the optional mask of that shape. Every check that does not
+ * depend on what the call computes: pointers, shapes, strides, dtypes,
+ * byte extents, overlaps, the weights and the mask. */
+typedef struct {
+    int n_in;
+    const mha_tensor *in[3];
+    const char *in_name[3];
+    const mha_tensor *out;
+    const char *out_name;
+    float *weights;
+    const mha_mask *mask;
+    int64_t batch, heads, lq, lk; /* of the weights and the mask */
+} mha_views;
+
+/* Per-tensor checks of every view (dtype against its role: inputs past
+ * the first may hold a K/V storage dtype). */
+mha_status mha_check_views(const mha_views *views);
+/* Overlaps, weights and mask; *mask becomes the caller's (or zeros). */
+mha_status mha_check_outputs(const mha_views *views, mha_mask *mask);
+
+/* mha_attention's validation: the views, the shape rules of attention,
+ * the scale; fills *problem. */
+mha_status mha_validate_attention(const mha_attention_args *args,
+                                  mha_problem *problem);
+/* The problem of validated views (q, k, v, out) with a validated mask. */
+void mha_problem_init(mha_problem *p, const mha_tensor *q,
+                      const mha_tensor *k, const mha_tensor *v,
+                      const mha_tensor *out, const mha_mask *mask,
+                      float scale, float *weights);
+
+/* attention.c --------------------------------------------------------- */
+
+/* The plan of one call (plan.c), computed once: its work items and its
+ * scratch layout. */
+typedef struct mha_plan mha_plan;
+
+/* Runs a validated problem: plans it, allocates its scratch, runs it on
+ * the engine's threads. The only failures are overflow and out of
+ * memory, reported before anything is written. */
+mha_status mha_attention_solve(const mha_engine *engine,
+                               const mha_problem *p);
 
 #endif

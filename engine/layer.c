@@ -5,7 +5,7 @@
 
 #include <omp.h>
 
-#include "engine.h"
+#include "attention.h"
 
 struct mha_layer {
     const mha_engine *engine;
@@ -125,11 +125,13 @@ mha_status mha_layer_create(const mha_engine *engine,
 }
 
 /* c[rows x e] = a[rows x k] w^T + b, split in fixed row chunks. */
-static void project(const mk_table *t, const float *a, int64_t rows,
+static void project(const mha_engine *engine, const float *a, int64_t rows,
                     int64_t k, const float *w, const float *bias, int64_t e,
-                    float *c, int nthreads)
+                    float *c)
 {
+    const mk_table *t = &engine->kernels;
     int64_t chunks = (rows + LINEAR_ROWS - 1) / LINEAR_ROWS;
+    int nthreads = mha_threads_for_call(engine, chunks);
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) \
     if (nthreads > 1 && chunks > 1)
     for (int64_t i = 0; i < chunks; i++) {
@@ -139,11 +141,12 @@ static void project(const mk_table *t, const float *a, int64_t rows,
     }
 }
 
-/* The bytes of n floats at p (counts overflow-checked by the caller). */
-static mha_span bytes_of(const void *p, int64_t n)
+/* A packed [batch, seq, heads, dim] float view (sizes overflow-checked by
+ * the caller). */
+static mha_tensor view(const float *data, int64_t batch, int64_t seq,
+                       int64_t heads, int64_t dim)
 {
-    mha_span r = {(uintptr_t)p, (uintptr_t)p + (uintptr_t)n * sizeof(float)};
-    return r;
+    return mha_tensor_bshd((void *)data, batch, seq, heads, dim);
 }
 
 mha_status mha_layer_forward(const mha_layer *layer, const float *query,
@@ -165,14 +168,13 @@ mha_status mha_layer_forward(const mha_layer *layer, const float *query,
             return mha_fail(MHA_ERR_BAD_SHAPE, "%s (%lld) must be positive",
                             names[i], (long long)sizes[i]);
     int64_t e = layer->e, h = layer->heads;
-    int64_t nq, nk, nv, nkv, nout, total, twice_out, bytes;
+    /* The workspace (projected q, k, v and the heads' outputs) and the
+     * element counts the views below are built from; the views' own byte
+     * extents are checked with them. */
+    int64_t nq, nk, nv, nkv, nout, total, twice_out;
     if (!mha_mul_ok(batch, lq, &nq) || !mha_mul_ok(nq, e, &nout) ||
         !mha_mul_ok(batch, lk, &nkv) || !mha_mul_ok(nkv, layer->kdim, &nk) ||
         !mha_mul_ok(nkv, layer->vdim, &nv) ||
-        !mha_mul_ok(nk, (int64_t)sizeof(float), &bytes) ||
-        !mha_mul_ok(nv, (int64_t)sizeof(float), &bytes) ||
-        !mha_mul_ok(nout, (int64_t)sizeof(float), &bytes) ||
-        (uint64_t)bytes > UINTPTR_MAX - (uintptr_t)out ||
         !mha_mul_ok(nkv, e, &total) || !mha_mul_ok(total, 2, &total) ||
         !mha_mul_ok(nout, 2, &twice_out) ||
         !mha_add_ok(total, twice_out, &total) ||
@@ -181,52 +183,32 @@ mha_status mha_layer_forward(const mha_layer *layer, const float *query,
                         "layer sizes B=%lld Lq=%lld Lk=%lld E=%lld overflow",
                         (long long)batch, (long long)lq, (long long)lk,
                         (long long)e);
-    mha_span ro = bytes_of(out, nout);
-    const mha_span inputs[3] = {bytes_of(query, nq * e), bytes_of(key, nk),
-                             bytes_of(value, nv)};
-    const char *const in_names[3] = {"query", "key", "value"};
-    for (int i = 0; i < 3; i++)
-        if (mha_spans_overlap(ro, inputs[i]))
-            return mha_fail(MHA_ERR_BAD_STRIDE, "out overlaps %s",
-                            in_names[i]);
-
-    mha_problem p;
+    /* The caller's buffers go through the same checks as mha_attention's
+     * (overlaps, weights, mask); the problem is built by the same
+     * constructor, over the layer's own projection buffers. */
+    const mha_tensor vq = view(query, batch, lq, 1, e),
+                     vk = view(key, batch, lk, 1, layer->kdim),
+                     vv = view(value, batch, lk, 1, layer->vdim),
+                     vo = view(out, batch, lq, 1, e);
+    mha_views views = {3, {&vq, &vk, &vv}, {"query", "key", "value"}, &vo,
+                       "out", weights, mask, batch, h, lq, lk};
+    mha_mask m;
     mha_status st;
-    if ((st = mha_validate_mask(mask, batch, h, lq, lk, &p.mask)) != MHA_OK ||
-        (st = mha_check_mask_disjoint(&p.mask, batch, h, lq, lk, out,
-                                      (size_t)nout * sizeof(float),
-                                      "out")) != MHA_OK)
+    if ((st = mha_check_views(&views)) != MHA_OK ||
+        (st = mha_check_outputs(&views, &m)) != MHA_OK)
         return st;
-    if (weights) {
-        int64_t wn;
-        if (!mha_mul_ok(batch, h, &wn) || !mha_mul_ok(wn, lq, &wn) || !mha_mul_ok(wn, lk, &wn) ||
-            !mha_mul_ok(wn, (int64_t)sizeof(float), &wn))
-            return mha_fail(MHA_ERR_OVERFLOW, "weights size overflows");
-        mha_span rw;
-        if ((st = mha_check_weights(weights, wn, ro, inputs, in_names, 3,
-                                    &rw)) != MHA_OK ||
-            (st = mha_check_mask_disjoint(&p.mask, batch, h, lq, lk, weights,
-                                          rw.hi - rw.lo, "weights")) !=
-            MHA_OK)
-            return st;
-    }
 
-    const mk_table *t = &layer->engine->kernels;
-    int nthreads = mha_threads_for_call(layer->engine);
-    p.q = NULL, p.k = NULL, p.v = NULL, p.out = NULL;
-    p.k_dtype = p.v_dtype = MHA_F32;
-    p.batch = batch, p.lq = lq, p.lk = lk, p.heads = h, p.kv_heads = h;
-    p.d = p.dv = e / h;
-    p.q_sb = p.o_sb = lq * e;
-    p.k_sb = p.v_sb = lk * e;
-    p.q_ss = p.k_ss = p.v_ss = p.o_ss = e;
-    p.q_sh = p.k_sh = p.v_sh = p.o_sh = e / h;
-    p.scale = (float)(1.0 / sqrt((double)(e / h)));
-    p.weights = weights;
-    size_t scratch_bytes;
-    if ((st = mha_attention_scratch_bytes(t, &p, nthreads, &scratch_bytes)) !=
-        MHA_OK)
+    int64_t d = e / h;
+    /* Placeholder pointers: the plan reads shapes and strides only. */
+    const mha_tensor hq = view(query, batch, lq, h, d),
+                     hk = view(query, batch, lk, h, d),
+                     ho = view(out, batch, lq, h, d);
+    mha_problem p;
+    mha_problem_init(&p, &hq, &hk, &hk, &ho, &m, 0.0f, weights);
+    mha_plan pl;
+    if ((st = mha_plan_make(layer->engine, &p, &pl)) != MHA_OK)
         return st;
+    size_t scratch_bytes = pl.bytes;
     size_t buffers = ((size_t)total + 63) / 64 * 64; /* scratch aligned */
     if (scratch_bytes > SIZE_MAX - buffers)
         return mha_fail(MHA_ERR_OVERFLOW, "layer workspace overflows");
@@ -238,14 +220,13 @@ mha_status mha_layer_forward(const mha_layer *layer, const float *query,
     float *qp = mem, *kp = qp + nout, *vp = kp + nkv * e, *cat = vp + nkv * e;
     void *scratch = (char *)mem + buffers;
 
-    project(t, query, nq, e, layer->w[PQ], layer->b[PQ], e, qp, nthreads);
-    project(t, key, nkv, layer->kdim, layer->w[PK], layer->b[PK], e, kp,
-            nthreads);
-    project(t, value, nkv, layer->vdim, layer->w[PV], layer->b[PV], e, vp,
-            nthreads);
+    const mha_engine *en = layer->engine;
+    project(en, query, nq, e, layer->w[PQ], layer->b[PQ], e, qp);
+    project(en, key, nkv, layer->kdim, layer->w[PK], layer->b[PK], e, kp);
+    project(en, value, nkv, layer->vdim, layer->w[PV], layer->b[PV], e, vp);
     p.q = qp, p.k = kp, p.v = vp, p.out = cat;
-    mha_attention_run(t, &p, scratch, nthreads);
-    project(t, cat, nq, e, layer->w[PO], layer->b[PO], e, out, nthreads);
+    mha_attention_run(&en->kernels, &p, &pl, scratch);
+    project(en, cat, nq, e, layer->w[PO], layer->b[PO], e, out);
     mha_free(mem);
     return MHA_OK;
 }

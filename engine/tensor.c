@@ -12,7 +12,7 @@ mha_tensor mha_tensor_bshd(void *data, int64_t batch, int64_t seq,
                            int64_t heads, int64_t dim)
 {
     mha_tensor t = {data, batch, seq, heads, dim, mul3(seq, heads, dim),
-                    mul3(1, heads, dim), dim, MHA_F32, {0}};
+                    mul3(1, heads, dim), dim, MHA_F32, {NULL, 0, 0, 0}};
     return t;
 }
 
@@ -20,6 +20,6 @@ mha_tensor mha_tensor_bhsd(void *data, int64_t batch, int64_t seq,
                            int64_t heads, int64_t dim)
 {
     mha_tensor t = {data, batch, seq, heads, dim, mul3(heads, seq, dim), dim,
-                    mul3(1, seq, dim), MHA_F32, {0}};
+                    mul3(1, seq, dim), MHA_F32, {NULL, 0, 0, 0}};
     return t;
 }

@@ -41,29 +41,28 @@ static int extent_span(const void *base, const int64_t *sizes,
     return 1;
 }
 
-size_t mha_dtype_size(mha_dtype dtype)
-{
-    switch (dtype) {
-    case MHA_F32: return 4;
-    case MHA_F16:
-    case MHA_BF16: return 2;
-    }
-    return 0;
-}
-
-/* half_ok: the tensor may hold MHA_F16 or MHA_BF16 (k and v). */
-static mha_status check_tensor(const mha_tensor *t, const char *name,
-                               int half_ok, mha_span *range)
+/* kv: the tensor stores keys or values (a K/V storage dtype), else it is
+ * a query or an output (a compute dtype). */
+static mha_status check_tensor(const mha_tensor *t, const char *name, int kv,
+                               mha_span *range)
 {
     if (!t->data)
         return mha_fail(MHA_ERR_NULL_POINTER, "%s.data is NULL", name);
-    size_t elem = mha_dtype_size(t->dtype);
-    if (elem == 0 || (!half_ok && t->dtype != MHA_F32))
+    const mha_dtype_traits *tr = mha_dtype_traits_of(t->dtype);
+    if (!tr)
         return mha_fail(MHA_ERR_UNSUPPORTED,
-                        "%s.dtype (%d) is not supported (%s)", name,
-                        (int)t->dtype,
-                        half_ok ? "MHA_F32, MHA_F16 or MHA_BF16"
-                                : "only MHA_F32");
+                        "%s.dtype (%d) is not an mha_dtype", name,
+                        (int)t->dtype);
+    if (kv ? !tr->kv_ok : !tr->compute_ok)
+        return mha_fail(MHA_ERR_UNSUPPORTED,
+                        "%s.dtype (%s) is not supported for %s", name,
+                        tr->name, kv ? "keys and values" : "queries and "
+                                                           "outputs");
+    if (t->scales.data)
+        return mha_fail(MHA_ERR_UNSUPPORTED,
+                        "%s.scales is set, but %s.dtype (%s) takes no scale",
+                        name, name, tr->name);
+    size_t elem = tr->size;
     const int64_t sizes[4] = {t->batch, t->seq, t->heads, t->dim};
     const char *axes[4] = {"batch", "seq", "heads", "dim"};
     for (int i = 0; i < 4; i++)
@@ -126,7 +125,7 @@ static mha_status check_mask_array(const void *data, const char *name,
     return MHA_OK;
 }
 
-mha_status mha_validate_mask(const mha_mask *mask, int64_t batch,
+static mha_status mha_validate_mask(const mha_mask *mask, int64_t batch,
                              int64_t heads, int64_t lq, int64_t lk,
                              mha_mask *copy)
 {
@@ -193,7 +192,7 @@ static int mask_spans(const mha_mask *m, int64_t batch, int64_t heads,
     return n;
 }
 
-mha_status mha_check_mask_disjoint(const mha_mask *mask, int64_t batch,
+static mha_status mha_check_mask_disjoint(const mha_mask *mask, int64_t batch,
                                    int64_t heads, int64_t lq, int64_t lk,
                                    const void *output, size_t bytes,
                                    const char *name)
@@ -207,7 +206,7 @@ mha_status mha_check_mask_disjoint(const mha_mask *mask, int64_t batch,
     return MHA_OK;
 }
 
-mha_status mha_check_weights(const float *weights, int64_t bytes,
+static mha_status mha_check_weights(const float *weights, int64_t bytes,
                              mha_span out, const mha_span *inputs,
                              const char *const *names, int n,
                              mha_span *span)
@@ -226,6 +225,86 @@ mha_status mha_check_weights(const float *weights, int64_t bytes,
     return MHA_OK;
 }
 
+mha_status mha_check_views(const mha_views *views)
+{
+    mha_span r;
+    mha_status st;
+    for (int i = 0; i < views->n_in; i++)
+        if ((st = check_tensor(views->in[i], views->in_name[i], i > 0, &r)) !=
+            MHA_OK)
+            return st;
+    return check_tensor(views->out, views->out_name, 0, &r);
+}
+
+mha_status mha_check_outputs(const mha_views *views, mha_mask *mask)
+{
+    const mha_tensor *o = views->out;
+    mha_span ro, rw = {0, 0}, inputs[3];
+    /* Extents were checked by mha_check_views. */
+    check_tensor(o, views->out_name, 0, &ro);
+    for (int i = 0; i < views->n_in; i++)
+        check_tensor(views->in[i], views->in_name[i], i > 0, &inputs[i]);
+    if (!non_self_overlapping(o))
+        return mha_fail(MHA_ERR_BAD_STRIDE,
+                        "%s strides (%lld, %lld, %lld) make distinct "
+                        "elements share memory",
+                        views->out_name, (long long)o->stride_batch,
+                        (long long)o->stride_seq, (long long)o->stride_head);
+    for (int i = 0; i < views->n_in; i++)
+        if (mha_spans_overlap(ro, inputs[i]))
+            return mha_fail(MHA_ERR_BAD_STRIDE, "%s overlaps %s",
+                            views->out_name, views->in_name[i]);
+
+    int64_t B = views->batch, H = views->heads, Lq = views->lq,
+            Lk = views->lk;
+    int64_t bh, bhq, weights_n, weights_bytes;
+    if (!mha_mul_ok(B, H, &bh) || !mha_mul_ok(bh, Lq, &bhq) ||
+        !mha_mul_ok(bhq, Lk, &weights_n) ||
+        !mha_mul_ok(weights_n, (int64_t)sizeof(float), &weights_bytes))
+        return mha_fail(MHA_ERR_OVERFLOW,
+                        "weights B*H*Lq*Lk*4 (%lld*%lld*%lld*%lld*4) "
+                        "overflows",
+                        (long long)B, (long long)H, (long long)Lq,
+                        (long long)Lk);
+    mha_status st;
+    if (views->weights &&
+        (st = mha_check_weights(views->weights, weights_bytes, ro, inputs,
+                                views->in_name, views->n_in, &rw)) != MHA_OK)
+        return st;
+    if ((st = mha_validate_mask(views->mask, B, H, Lq, Lk, mask)) != MHA_OK)
+        return st;
+    if ((st = mha_check_mask_disjoint(mask, B, H, Lq, Lk,
+                                      (const void *)ro.lo, ro.hi - ro.lo,
+                                      views->out_name)) != MHA_OK ||
+        (st = mha_check_mask_disjoint(mask, B, H, Lq, Lk,
+                                      (const void *)rw.lo, rw.hi - rw.lo,
+                                      "weights")) != MHA_OK)
+        return st;
+    return MHA_OK;
+}
+
+void mha_problem_init(mha_problem *p, const mha_tensor *q,
+                      const mha_tensor *k, const mha_tensor *v,
+                      const mha_tensor *o, const mha_mask *mask, float scale,
+                      float *weights)
+{
+    p->q = q->data, p->k = k->data, p->v = v->data, p->out = o->data;
+    p->k_dtype = k->dtype, p->v_dtype = v->dtype;
+    p->batch = q->batch, p->lq = q->seq, p->lk = k->seq, p->heads = q->heads;
+    p->kv_heads = k->heads, p->d = q->dim, p->dv = v->dim;
+    p->q_sb = q->stride_batch, p->q_ss = q->stride_seq;
+    p->q_sh = q->stride_head;
+    p->k_sb = k->stride_batch, p->k_ss = k->stride_seq;
+    p->k_sh = k->stride_head;
+    p->v_sb = v->stride_batch, p->v_ss = v->stride_seq;
+    p->v_sh = v->stride_head;
+    p->o_sb = o->stride_batch, p->o_ss = o->stride_seq;
+    p->o_sh = o->stride_head;
+    p->mask = *mask;
+    p->scale = scale != 0.0f ? scale : (float)(1.0 / sqrt((double)q->dim));
+    p->weights = weights;
+}
+
 mha_status mha_validate_attention(const mha_attention_args *args,
                                   mha_problem *p)
 {
@@ -233,12 +312,11 @@ mha_status mha_validate_attention(const mha_attention_args *args,
         return mha_fail(MHA_ERR_NULL_POINTER, "args is NULL");
     const mha_tensor *q = &args->q, *k = &args->k, *v = &args->v,
                      *o = &args->out;
-    mha_span rq, rk, rv, ro, rw = {0, 0};
+    mha_views views = {3, {q, k, v}, {"q", "k", "v"}, o, "out",
+                       args->weights, args->mask, q->batch, q->heads,
+                       q->seq, k->seq};
     mha_status st;
-    if ((st = check_tensor(q, "q", 0, &rq)) != MHA_OK ||
-        (st = check_tensor(k, "k", 1, &rk)) != MHA_OK ||
-        (st = check_tensor(v, "v", 1, &rv)) != MHA_OK ||
-        (st = check_tensor(o, "out", 0, &ro)) != MHA_OK)
+    if ((st = mha_check_views(&views)) != MHA_OK)
         return st;
 
 #define SAME(a, fa, b, fb)                                                  \
@@ -260,62 +338,12 @@ mha_status mha_validate_attention(const mha_attention_args *args,
         return mha_fail(MHA_ERR_BAD_SHAPE,
                         "k.heads (%lld) does not divide q.heads (%lld)",
                         (long long)k->heads, (long long)q->heads);
-
-    if (!non_self_overlapping(o))
-        return mha_fail(MHA_ERR_BAD_STRIDE,
-                        "out strides (%lld, %lld, %lld) make distinct "
-                        "elements share memory",
-                        (long long)o->stride_batch, (long long)o->stride_seq,
-                        (long long)o->stride_head);
-    const mha_span inputs[3] = {rq, rk, rv};
-    const char *const names[3] = {"q", "k", "v"};
-    for (int i = 0; i < 3; i++)
-        if (mha_spans_overlap(ro, inputs[i]))
-            return mha_fail(MHA_ERR_BAD_STRIDE, "out overlaps %s", names[i]);
-
-    float scale = args->scale;
-    if (!isfinite(scale))
+    if (!isfinite(args->scale))
         return mha_fail(MHA_ERR_BAD_ARGUMENT, "scale (%g) is not finite",
-                        (double)scale);
-
-    int64_t B = q->batch, H = q->heads, Lq = q->seq, Lk = k->seq;
-    int64_t bh, bhq, weights_n, weights_bytes;
-    if (!mha_mul_ok(B, H, &bh) || !mha_mul_ok(bh, Lq, &bhq) ||
-        !mha_mul_ok(bhq, Lk, &weights_n) ||
-        !mha_mul_ok(weights_n, (int64_t)sizeof(float), &weights_bytes))
-        return mha_fail(MHA_ERR_OVERFLOW,
-                        "B*H*Lq*Lk*4 (%lld*%lld*%lld*%lld*4) overflows",
-                        (long long)B, (long long)H, (long long)Lq,
-                        (long long)Lk);
-    if (args->weights &&
-        (st = mha_check_weights(args->weights, weights_bytes, ro, inputs,
-                                names, 3, &rw)) != MHA_OK)
+                        (double)args->scale);
+    mha_mask mask;
+    if ((st = mha_check_outputs(&views, &mask)) != MHA_OK)
         return st;
-
-    if ((st = mha_validate_mask(args->mask, B, H, Lq, Lk, &p->mask)) !=
-        MHA_OK)
-        return st;
-    if ((st = mha_check_mask_disjoint(&p->mask, B, H, Lq, Lk,
-                                      (const void *)ro.lo, ro.hi - ro.lo,
-                                      "out")) != MHA_OK ||
-        (st = mha_check_mask_disjoint(&p->mask, B, H, Lq, Lk,
-                                      (const void *)rw.lo, rw.hi - rw.lo,
-                                      "weights")) != MHA_OK)
-        return st;
-
-    p->q = q->data, p->k = k->data, p->v = v->data, p->out = o->data;
-    p->k_dtype = k->dtype, p->v_dtype = v->dtype;
-    p->batch = B, p->lq = Lq, p->lk = Lk, p->heads = H;
-    p->kv_heads = k->heads, p->d = q->dim, p->dv = v->dim;
-    p->q_sb = q->stride_batch, p->q_ss = q->stride_seq,
-    p->q_sh = q->stride_head;
-    p->k_sb = k->stride_batch, p->k_ss = k->stride_seq,
-    p->k_sh = k->stride_head;
-    p->v_sb = v->stride_batch, p->v_ss = v->stride_seq,
-    p->v_sh = v->stride_head;
-    p->o_sb = o->stride_batch, p->o_ss = o->stride_seq,
-    p->o_sh = o->stride_head;
-    p->scale = scale != 0.0f ? scale : (float)(1.0 / sqrt((double)q->dim));
-    p->weights = args->weights;
+    mha_problem_init(p, q, k, v, o, &mask, args->scale, args->weights);
     return MHA_OK;
 }

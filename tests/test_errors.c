@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "test_hooks.h"
 #include "util.h"
 
 /* ---- mha_attention ---------------------------------------------------- */

@@ -1,0 +1,127 @@
+/* The attention loop's parts, shared by plan.c (the plan and the block
+ * geometry), prefill.c and decode.c (the two streams), merge.c (the
+ * split-KV merge) and attention.c (the parallel loop). docs/design.md,
+ * "Plan and scratch" and "Data path of one call". */
+#ifndef MHA_ATTENTION_H
+#define MHA_ATTENTION_H
+
+#include "engine.h"
+
+/* Float offsets of one thread's scratch parts (each a multiple of 16). */
+typedef struct {
+    int64_t s;     /* block_q x key_block scores, then probabilities */
+    int64_t kp;    /* the packed key block, or a whole head's with cache */
+    int64_t o;     /* block_q x dv accumulator */
+    int64_t m, l;  /* running max and sum per row */
+    int64_t alpha; /* per-row rescale of the accumulator */
+    int64_t l2;    /* weights pass: a sum nobody reads */
+    int64_t kw;    /* a half-precision key block widened to fp32 */
+    int64_t vw;    /* a half-precision value block widened to fp32, or with
+                    * the head cache the head's values as fp32 rows */
+    int64_t floats; /* the whole part */
+} mha_scratch_layout;
+
+struct mha_plan {
+    int grouped;        /* rows are query heads of one kv group (Lq == 1) */
+    int decode;         /* rows <= MK_DECODE_ROWS: K and V read in place */
+    int key_major;      /* items run chunk by chunk across a batch's heads */
+    int cache_heads;    /* a thread keeps a whole head's packed keys */
+    int64_t group;      /* query heads per kv head */
+    int64_t rows;       /* rows per block: block_q or fewer */
+    int64_t row_blocks; /* per (batch, head) or per (batch, kv head) */
+    int64_t units;      /* batch x heads-or-kv-heads x row_blocks */
+    int64_t chunks;     /* key chunks per unit */
+    int64_t chunk_len;  /* keys per chunk, a multiple of block_k */
+    int64_t key_block;  /* keys per block of the stream */
+    int64_t items;      /* units x chunks */
+    int64_t grab;       /* items a thread takes at once */
+    int64_t partial_floats; /* one (unit, chunk) partial: rows x (dv+2) */
+    int nthreads;
+    mha_scratch_layout thread;
+    size_t bytes; /* partials, then nthreads thread parts */
+};
+
+/* plan.c: the plan of a validated problem on an engine (p's pointers are
+ * not read). MHA_ERR_OVERFLOW (with message) when the scratch does not
+ * fit. */
+mha_status mha_plan_make(const mha_engine *engine, const mha_problem *p,
+                         mha_plan *pl);
+
+/* The packed keys and the contiguous fp32 values of the head a thread last
+ * worked on: query blocks of one head reuse them instead of packing every
+ * key block and copying (or widening) every value block again. Keys
+ * [lo, hi) (values [vlo, vhi)) of the head are in the copy. */
+typedef struct {
+    const char *head;
+    int64_t lo, hi;
+    const char *vhead;
+    int64_t vlo, vhi;
+} mha_head_cache;
+
+/* One thread's scratch, carved by the plan's layout. */
+typedef struct {
+    float *s, *kp, *o, *m, *l, *alpha, *l2, *kw, *vw;
+    mha_head_cache *cache; /* NULL: pack every key block where it is used */
+} mha_scratch;
+
+/* A block of rows sharing one kv head: the rows are queries of one head,
+ * or (grouped) the query heads of one kv group at the single query. Every
+ * pointer is the block's first row; the ld fields step one row. Row r
+ * sees keys [max(key_begin, r + diag_lo), min(key_end, r + diag_hi + 1))
+ * (docs/design.md, "Mask model"). */
+typedef struct {
+    int64_t rows;
+    const float *q;
+    ptrdiff_t ldq;
+    const char *k, *v; /* bytes: the element type is the problem's */
+    float *out;
+    ptrdiff_t ldo;
+    float *w; /* weights rows, or NULL */
+    const uint8_t *keep;
+    ptrdiff_t keep_ld;
+    const float *bias;
+    ptrdiff_t bias_ld;
+    int64_t key_begin; /* no row sees keys before it (diag_lo implies it) */
+    int64_t key_end;   /* keys at or past it are hidden from every row */
+    int64_t diag_lo;   /* MK_NO_DIAG_LO, or key j hidden when j < r + it */
+    int64_t diag_hi;   /* MK_NO_DIAG_HI, or key j hidden when j > r + it */
+} mha_row_block;
+
+/* plan.c: the geometry of a unit, and a key block's tile mask. */
+mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
+                               int64_t unit);
+mk_mask mha_block_mask(const mha_row_block *rb, int64_t k0, int64_t nk);
+
+/* The two streams. scores: one key block's scores, scaled, masked and
+ * turned into probabilities against the running max m (sc->s, m, row_sum
+ * and sc->alpha updated). step: the same, then the weights rows when
+ * asked, then the accumulator o updated with P V. */
+void mha_prefill_scores(const mk_table *t, const mha_problem *p,
+                        const mha_plan *pl, const mha_row_block *rb,
+                        const mha_scratch *sc, float *m, int64_t k0,
+                        int64_t nk, float *row_sum);
+void mha_prefill_step(const mk_table *t, const mha_problem *p,
+                      const mha_plan *pl, const mha_row_block *rb,
+                      const mha_scratch *sc, int64_t k0, int64_t nk, float *o,
+                      float *m, float *l);
+void mha_decode_scores(const mk_table *t, const mha_problem *p,
+                       const mha_plan *pl, const mha_row_block *rb,
+                       const mha_scratch *sc, float *m, int64_t k0,
+                       int64_t nk, float *row_sum);
+void mha_decode_step(const mk_table *t, const mha_problem *p,
+                     const mha_plan *pl, const mha_row_block *rb,
+                     const mha_scratch *sc, int64_t k0, int64_t nk, float *o,
+                     float *m, float *l);
+
+/* merge.c: combines the chunks' partials of one row block in chunk order
+ * and writes the normalised rows. */
+void mha_merge_chunks(const mk_table *t, const mha_problem *p,
+                      const mha_plan *pl, const mha_row_block *rb,
+                      float *parts);
+
+/* attention.c: runs a planned problem with scratch of pl->bytes (cannot
+ * fail). */
+void mha_attention_run(const mk_table *t, const mha_problem *p,
+                       const mha_plan *pl, void *scratch);
+
+#endif

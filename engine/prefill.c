@@ -1,0 +1,172 @@
+/* The prefill stream: blocks of more than MK_DECODE_ROWS query rows. Keys
+ * are packed into the table's panel layout (a head's keys once per thread
+ * with the head cache), values read in place when they are contiguous fp32
+ * rows, else copied or widened once; a key block that crosses the causal
+ * diagonal is cut into row sub-blocks that compute only the keys they see.
+ * docs/design.md, "Data path of one call". */
+#include <string.h>
+
+#include "attention.h"
+
+/* Rows [k0, k0 + n) of a K or V head as fp32 rows of width elements: the
+ * rows themselves (row stride *ld), or their widened copy in buf. */
+static const float *f32_rows(const mk_table *t, const char *head,
+                             mha_dtype dtype, int64_t stride, int64_t k0,
+                             int64_t n, int64_t width, float *buf,
+                             ptrdiff_t *ld)
+{
+    size_t es = mha_dtype_size(dtype);
+    const char *x = head + (size_t)(k0 * stride) * es;
+    if (dtype == MHA_F32) {
+        *ld = stride;
+        return (const float *)x;
+    }
+    mk_widen_fn *widen = t->widen[dtype];
+    for (int64_t r = 0; r < n; r++)
+        widen(x + (size_t)(r * stride) * es, width, buf + r * width);
+    *ld = width;
+    return buf;
+}
+
+/* Keeps [lo, hi) of a cached head contiguous: a block at k0 that neither
+ * extends nor lies inside it restarts the copy there. Returns whether keys
+ * [k0, k0 + n) must be (re)written. */
+static int cache_claim(const char **owner, int64_t *lo, int64_t *hi,
+                       const char *head, int64_t k0, int64_t n)
+{
+    if (*owner != head || k0 < *lo || k0 > *hi) {
+        *owner = head;
+        *lo = *hi = k0;
+    }
+    if (k0 + n <= *hi)
+        return 0;
+    *hi = k0 + n; /* a partly copied last block is written again whole */
+    return 1;
+}
+
+/* Values [k0, k0 + nk) of the row block's head as contiguous fp32 rows
+ * (*ld = dv) from the thread's copy of the head. fp32 values already
+ * contiguous are read in place. */
+static const float *cached_values(const mk_table *t, const mha_problem *p,
+                                  const mha_row_block *rb,
+                                  const mha_scratch *sc, int64_t k0,
+                                  int64_t nk, ptrdiff_t *ld)
+{
+    int64_t dv = p->dv;
+    if (p->v_dtype == MHA_F32 && p->v_ss == dv)
+        return f32_rows(t, rb->v, p->v_dtype, p->v_ss, k0, nk, dv, NULL, ld);
+    mha_head_cache *c = sc->cache;
+    float *dst = sc->vw + k0 * dv;
+    if (cache_claim(&c->vhead, &c->vlo, &c->vhi, rb->v, k0, nk)) {
+        if (p->v_dtype == MHA_F32) {
+            const float *v = (const float *)rb->v;
+            for (int64_t r = 0; r < nk; r++)
+                memcpy(dst + r * dv, v + (k0 + r) * p->v_ss,
+                       (size_t)dv * sizeof *dst);
+        } else {
+            ptrdiff_t ignored;
+            f32_rows(t, rb->v, p->v_dtype, p->v_ss, k0, nk, dv, dst,
+                     &ignored);
+        }
+    }
+    *ld = dv;
+    return dst;
+}
+
+void mha_prefill_scores(const mk_table *t, const mha_problem *p,
+                        const mha_plan *pl, const mha_row_block *rb,
+                        const mha_scratch *sc, float *m, int64_t k0,
+                        int64_t nk, float *row_sum)
+{
+    mk_mask mk = mha_block_mask(rb, k0, nk);
+    float *kp = sc->kp;
+    int pack = 1;
+    if (sc->cache) {
+        /* Blocks start at multiples of block_k, a multiple of the packing
+         * panel, so block k0 sits at packed_floats(k0, d) in the head's
+         * pack. */
+        mha_head_cache *c = sc->cache;
+        kp += t->packed_floats(k0, p->d);
+        pack = cache_claim(&c->head, &c->lo, &c->hi, rb->k, k0, nk);
+    }
+    if (pack) {
+        ptrdiff_t ldk;
+        const float *k = f32_rows(t, rb->k, p->k_dtype, p->k_ss, k0, nk,
+                                  p->d, sc->kw, &ldk);
+        t->pack(k, ldk, nk, p->d, kp);
+    }
+    t->qk(rb->q, rb->ldq, rb->rows, kp, nk, p->d, sc->s, pl->key_block);
+    t->softmax_update(sc->s, pl->key_block, rb->rows, nk, p->scale, &mk, m,
+                      row_sum, sc->alpha);
+}
+
+/* One key block through (part of) the row block. */
+static void key_step(const mk_table *t, const mha_problem *p,
+                     const mha_plan *pl, const mha_row_block *rb,
+                     const mha_scratch *sc, int64_t k0, int64_t nk, float *o,
+                     float *m, float *l)
+{
+    int64_t bk = pl->key_block, dv = p->dv;
+    mha_prefill_scores(t, p, pl, rb, sc, m, k0, nk, rb->w ? sc->l2 : l);
+    if (rb->w)
+        t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, p->lk);
+    ptrdiff_t ldv;
+    const float *v = sc->cache ? cached_values(t, p, rb, sc, k0, nk, &ldv)
+                               : f32_rows(t, rb->v, p->v_dtype, p->v_ss, k0,
+                                          nk, dv, sc->vw, &ldv);
+    t->pv(sc->s, bk, rb->rows, nk, v, ldv, dv, sc->alpha, o, dv);
+}
+
+/* Rows of the causal diagonal processed together: a multiple of every
+ * table's row tile (generic 4, avx2 6, neon 8, avx512 12). */
+#define DIAG_ROWS 48
+
+/* Whether key block [k0, k0 + nk) is cut into row sub-blocks: it crosses
+ * the causal diagonal, so the first rows see only part of it. Only with
+ * the head cache (the sub-blocks share one packing) and without weights
+ * (whose rows are written whole). */
+static int splits_diagonal(const mha_row_block *rb, const mha_scratch *sc,
+                           int64_t k0, int64_t nk)
+{
+    return sc->cache && !rb->w && rb->diag_hi != MK_NO_DIAG_HI &&
+           rb->rows > DIAG_ROWS && rb->diag_hi + DIAG_ROWS < k0 + nk;
+}
+
+/* Rows [r, r + n) of a row block (n cut at its end). */
+static mha_row_block sub_block(const mha_row_block *rb, int64_t r, int64_t n)
+{
+    mha_row_block sub = *rb;
+    sub.rows = rb->rows - r < n ? rb->rows - r : n;
+    sub.q += r * rb->ldq;
+    sub.out += r * rb->ldo;
+    if (sub.keep)
+        sub.keep += r * rb->keep_ld;
+    if (sub.bias)
+        sub.bias += r * rb->bias_ld;
+    sub.diag_hi += r;
+    if (sub.diag_lo != MK_NO_DIAG_LO)
+        sub.diag_lo += r;
+    return sub;
+}
+
+void mha_prefill_step(const mk_table *t, const mha_problem *p,
+                      const mha_plan *pl, const mha_row_block *rb,
+                      const mha_scratch *sc, int64_t k0, int64_t nk, float *o,
+                      float *m, float *l)
+{
+    if (!splits_diagonal(rb, sc, k0, nk)) {
+        key_step(t, p, pl, rb, sc, k0, nk, o, m, l);
+        return;
+    }
+    /* Last sub-block first: it sees the whole key block, so the block is
+     * packed (and its values copied) once for all of them. */
+    int64_t dv = p->dv;
+    for (int64_t r = (rb->rows - 1) / DIAG_ROWS * DIAG_ROWS; r >= 0;
+         r -= DIAG_ROWS) {
+        mha_row_block sub = sub_block(rb, r, DIAG_ROWS);
+        int64_t seen = sub.rows - 1 + sub.diag_hi - k0 + 1;
+        if (seen > 0)
+            key_step(t, p, pl, &sub, sc, k0, seen < nk ? seen : nk,
+                     o + r * dv, m + r, l + r);
+    }
+}
