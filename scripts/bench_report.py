@@ -9,12 +9,20 @@ read bandwidth measured in the same run), and the ratio to the OpenBLAS
 baseline of the same shape and thread count.
 
 Usage: bench_report.py RESULTS.json [--markdown FILE] [--png FILE]
-                       [--command TEXT]
-Exits non-zero when a case reported an error or nothing was measured.
+                       [--command TEXT] [--load-end TEXT]
+                       [--publish PAGE [--cpu-info FILE]]
+--publish writes the project's benchmark page (docs/benchmarks.md): the
+run's date, CPU, SIMD flags, thread counts and load, a summary, how to read
+and regenerate it, and the same tables; the page's hand-written section
+"Figures behind design choices" is carried over from the old page.
+Exits non-zero when a case reported an error, nothing was measured or the
+chart could not be drawn; the page is written unless a case failed.
 """
 
 import argparse
+import datetime
 import json
+import re
 import statistics
 import sys
 
@@ -210,9 +218,17 @@ def busy_warning(context, load_end):
             "rows with a small spread, rerun when the machine is idle."]
 
 
+def repetitions(results):
+    return max((r["reps"] for r in results.values()), default=0)
+
+
+def load_start(context):
+    return " ".join(f"{x:.2f}" for x in context.get("load_avg", [])) or "?"
+
+
 def report(context, results, command, load_end=None):
-    reps = max((r["reps"] for r in results.values()), default=0)
-    load = " ".join(f"{x:.2f}" for x in context.get("load_avg", [])) or "?"
+    reps = repetitions(results)
+    load = load_start(context)
     out = [
         "### Benchmark results",
         "",
@@ -235,8 +251,13 @@ def report(context, results, command, load_end=None):
         "at the same thread count, measured in the same run; × fp32 "
         "(half-precision K/V) = this row's speed over the fp32 case of the "
         "same shape, ISA and thread count.",
-    ] + busy_warning(context, load_end) + [
-        "",
+    ] + busy_warning(context, load_end) + [""] + tables(context, results)
+    return "\n".join(out) + "\n"
+
+
+def tables(context, results):
+    """The reference tables, then one table per case, as markdown lines."""
+    out = [
         "#### fma_peak",
         "",
         reference_table(results, "fma_peak", "ISA", "GFLOP/s"),
@@ -250,7 +271,203 @@ def report(context, results, command, load_end=None):
         unit = " — GB/s of K and V read" if kind == "decode" else ""
         out += ["", f"#### {kind}/{shape}{label}{unit}", "",
                 case_table(results, kind, shape)]
-    return "\n".join(out) + "\n"
+    return out
+
+
+# ---- The published page (docs/benchmarks.md) -----------------------------
+
+# The hand-written part of the page: from this heading to the end, carried
+# over unchanged when the page is published again.
+KEPT_HEADING = "## Figures behind design choices"
+# The flags the kernels and the build care about (x86 names from
+# /proc/cpuinfo, AArch64 feature names), in the order the CPU lists them.
+SIMD_FLAG = re.compile(r"^(sse4_[12]|avx\w*|fma|f16c|amx\w*|asimd\w*|fphp|"
+                       r"sve\w*|sme\d*|sme[bfi]\w+|bf16|i8mm)$")
+# The table MHA_ISA_AUTO picks, best first.
+DEFAULT_ORDER = ["avx512", "avx2", "neon", "generic"]
+
+
+def cpu_info(path):
+    """(model name, SIMD flags) from `lscpu` and /proc/cpuinfo lines saved by
+    scripts/bench when it ran the sweep, or from this machine when path is
+    missing (then the third value says so)."""
+    lines, recorded = [], True
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, TypeError):
+        recorded = False
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            pass
+    model, flags = None, None
+    for line in lines:
+        key, _, value = line.partition(":")
+        key, value = key.strip().lower(), value.strip()
+        if model is None and key == "model name" and value:
+            model = value
+        if flags is None and key in ("flags", "features") and value:
+            flags = [f for f in value.split() if SIMD_FLAG.match(f)]
+    return model, flags, recorded
+
+
+def utc(date):
+    try:
+        d = datetime.datetime.fromisoformat(date)
+    except (TypeError, ValueError):
+        return date or "?"
+    if d.tzinfo is not None:
+        d = d.astimezone(datetime.timezone.utc)
+    return d.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def summary_table(context, results):
+    """Per case, the table MHA_ISA_AUTO picks, on one thread and on the most
+    threads measured, against its same-run references."""
+    isas = {k[2] for k in results}
+    isa = next((i for i in DEFAULT_ORDER if i in isas), None)
+    if isa is None:
+        return None
+    most = max(k[3] for k in results if k[2] == isa)
+    rows = []
+    for kind, shape in cases(context, results):
+        if kind == "blas_baseline":
+            continue
+        one = results.get((kind, shape, isa, 1))
+        top = results.get((kind, shape, isa, most))
+        if not top:
+            continue
+        decode = top["GBPS"] is not None
+        unit = "GB/s" if decode else "GFLOP/s"
+        if decode:
+            bw = results.get(("membw", "", "read", most))
+            ref = (100.0 * top["GBPS"] / bw["GBPS"]
+                   if bw and bw["GBPS"] else None)
+            ref_text = fmt(ref, "{:.0f}% of bandwidth")
+        else:
+            peak = results.get(("fma_peak", "", isa, most))
+            ref = (100.0 * top["GFLOPS"] / peak["GFLOPS"]
+                   if peak and peak["GFLOPS"] else None)
+            ref_text = fmt(ref, "{:.0f}% of peak")
+        blas = results.get(("blas_baseline", shape, BASELINE_ISA, most))
+        ratio = (top["value"] / blas["value"]
+                 if blas and blas["value"] > 0 and kind != "layer" else None)
+        rows.append([f"{kind}/{shape}", unit,
+                     fmt(one["value"] if one else None, "{:.1f}"),
+                     fmt(top["value"], "{:.1f}"), ref_text,
+                     fmt(ratio, "{:.2f}")])
+    headers = ["case", "unit", "1 thread", f"{most} threads",
+               f"{most} threads vs reference", "× blas"]
+    return isa, most, table(headers, rows)
+
+
+def kept_section(page):
+    """The hand-written tail of the existing page, from KEPT_HEADING on."""
+    try:
+        with open(page, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return None
+    at = text.find("\n" + KEPT_HEADING + "\n")
+    return text[at + 1:].rstrip("\n") + "\n" if at >= 0 else None
+
+
+def publish(context, results, command, load_end, cpu_path, page):
+    model, flags, recorded = cpu_info(cpu_path)
+    model = model or context.get("cpu_model", "unknown")
+    reps = repetitions(results)
+    threads = context.get("threads") or ",".join(
+        str(t) for t in sorted({k[3] for k in results}))
+    where = "" if recorded else (" (read when the page was written: the run "
+                                 "recorded no CPU details)")
+    out = [
+        "# Benchmarks",
+        "",
+        f"*Written by `./scripts/bench --publish` from the run of "
+        f"{utc(context.get('date'))}. Everything above \"Figures behind "
+        "design choices\" is rewritten by the next `--publish`; edit only "
+        "that section by hand. How to regenerate: see the end of "
+        "\"How to read the tables\".*",
+        "",
+        "## The run",
+        "",
+        f"- Date: {utc(context.get('date'))}",
+        f"- CPU: {model}, {context.get('num_cpus', '?')} cores{where}",
+        "- SIMD flags: " + (" ".join(flags) if flags else "unknown"),
+        f"- ISAs measured: {context.get('isas', '?')}; BLAS baseline: "
+        f"{context.get('blas_baseline', '?')}",
+        f"- Thread counts: {threads}",
+        f"- libmha {context.get('libmha_version', '?')} "
+        f"({context.get('libmha_buildtype', '?')} build)",
+        f"- Command: `{command}`",
+        f"- Load average (1, 5, 15 min) at start: {load_start(context)}; "
+        f"at end: {load_end or 'not recorded'}",
+        f"- Medians of {reps} repetition(s) per row",
+    ]
+    if reps <= 1:
+        out += ["", "**A smoke run (one repetition per case): its times "
+                "mean nothing. Publish a full `./scripts/bench` run.**"]
+    out += busy_warning(context, load_end)
+    summary = summary_table(context, results)
+    if summary:
+        isa, most, text = summary
+        out += ["", "## Summary", "",
+                f"The table `MHA_ISA_AUTO` picks here ({isa}), on 1 and on "
+                f"{most} threads. The reference is the same run's FMA peak "
+                "of that ISA (prefill, layer) or its read bandwidth "
+                "(decode); × blas compares with the OpenBLAS baseline on "
+                f"{most} threads. Every ISA and thread count is in the "
+                "tables below.", "", text]
+    out += ["", "## How to read the tables", "",
+            "Every figure has a reference measured in the same run:",
+            "",
+            "- **% of peak** divides by an FMA microkernel of the same ISA "
+            "on the same number of threads (generic: 128-bit multiply + "
+            "add, as the generic build has no FMA). FLOPs are "
+            "4·B·H·Lq·Lk·d; causal rows count dense-equivalent FLOPs, so "
+            "they exceed 100% when hidden key blocks are skipped; the layer "
+            "adds its projections.",
+            "- **% of bandwidth** (decode) divides the K/V bytes read per "
+            "second by a summing loop over 1 GiB. Above 100% means some "
+            "K/V came from cache.",
+            "- **× blas** divides by the attention a C user writes with "
+            "OpenBLAS (per head `cblas_sgemm`, row softmax, `cblas_sgemm`; "
+            "OpenMP over heads, OpenBLAS on one thread), same shape, same "
+            "threads. **× fp32** (half-precision K/V) divides by the fp32 "
+            "case of the same shape, ISA and threads.",
+            "- **spread** is (max - min) / median over the repetitions. "
+            "Repetitions run interleaved in random order, so load from "
+            "other processes falls on cases and references alike: on a "
+            "shared machine read the ratios, not the absolute numbers, and "
+            "distrust rows with a spread above ~20%. Multi-thread rows "
+            "suffer most (a team waits for its slowest thread).",
+            "",
+            "Shapes are named `B_H_KV_Lq_Lk_D`: batch, query heads, "
+            "key/value heads, query and key lengths, head dimension.",
+            "",
+            "To regenerate this page, as root on a fresh Debian 12 machine "
+            "(the sweep takes minutes; run it when the machine is quiet, "
+            "e.g. under `flock /tmp/libmha-bench.lock`):",
+            "",
+            "    ./scripts/bench --publish",
+            "",
+            "`./scripts/bench --report-only --publish` rewrites it from "
+            "the last run's `build/bench/results.json` without measuring "
+            "again. Commit the page with the code it measured.",
+            "",
+            "## Tables",
+            ""]
+    # One heading level up from results.md: the tables sit under "Tables".
+    out += [line[1:] if line.startswith("#### ") else line
+            for line in tables(context, results)]
+    kept = kept_section(page)
+    text = "\n".join(out) + "\n"
+    if kept:
+        text += "\n" + kept
+    with open(page, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 def plot(context, results, path):
@@ -320,6 +537,11 @@ def main():
     ap.add_argument("--command", default="./scripts/bench",
                     help="the command to name in the report")
     ap.add_argument("--load-end", help="the load average after the run")
+    ap.add_argument("--publish", metavar="PAGE",
+                    help="write the benchmark page (docs/benchmarks.md)")
+    ap.add_argument("--cpu-info", metavar="FILE",
+                    help="lscpu and /proc/cpuinfo lines saved at the run "
+                    "(default: this machine's /proc/cpuinfo)")
     args = ap.parse_args()
 
     context, results, errors = load(args.json)
@@ -328,6 +550,14 @@ def main():
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as f:
             f.write(text)
+    if args.publish:
+        if errors or not results:
+            print(f"bench_report: {args.publish} not written: the run is "
+                  "incomplete", file=sys.stderr)
+        else:
+            publish(context, results, args.command, args.load_end,
+                    args.cpu_info, args.publish)
+            print(f"bench_report: wrote {args.publish}", file=sys.stderr)
     if args.png and results:
         try:
             plot(context, results, args.png)
