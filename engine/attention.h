@@ -92,26 +92,21 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
                                int64_t unit);
 mk_mask mha_block_mask(const mha_row_block *rb, int64_t k0, int64_t nk);
 
-/* The two streams. scores: one key block's scores, scaled, masked and
- * turned into probabilities against the running max m (sc->s, m, row_sum
- * and sc->alpha updated). step: the same, then the weights rows when
- * asked, then the accumulator o updated with P V. */
-void mha_prefill_scores(const mk_table *t, const mha_problem *p,
-                        const mha_plan *pl, const mha_row_block *rb,
-                        const mha_scratch *sc, float *m, int64_t k0,
-                        int64_t nk, float *row_sum);
-void mha_prefill_step(const mk_table *t, const mha_problem *p,
-                      const mha_plan *pl, const mha_row_block *rb,
-                      const mha_scratch *sc, int64_t k0, int64_t nk, float *o,
-                      float *m, float *l);
-void mha_decode_scores(const mk_table *t, const mha_problem *p,
-                       const mha_plan *pl, const mha_row_block *rb,
-                       const mha_scratch *sc, float *m, int64_t k0,
-                       int64_t nk, float *row_sum);
-void mha_decode_step(const mk_table *t, const mha_problem *p,
-                     const mha_plan *pl, const mha_row_block *rb,
-                     const mha_scratch *sc, int64_t k0, int64_t nk, float *o,
-                     float *m, float *l);
+/* The two streams (prefill.c, decode.c) share these signatures. scores:
+ * one key block's scores, scaled, masked and turned into probabilities
+ * against the running max m (sc->s, m, row_sum and sc->alpha updated).
+ * step: the same, then the weights rows when asked, then the accumulator
+ * o updated with P V. */
+typedef void mha_scores_fn(const mk_table *t, const mha_problem *p,
+                           const mha_plan *pl, const mha_row_block *rb,
+                           const mha_scratch *sc, float *m, int64_t k0,
+                           int64_t nk, float *row_sum);
+typedef void mha_step_fn(const mk_table *t, const mha_problem *p,
+                         const mha_plan *pl, const mha_row_block *rb,
+                         const mha_scratch *sc, int64_t k0, int64_t nk,
+                         float *o, float *m, float *l);
+mha_scores_fn mha_prefill_scores, mha_decode_scores;
+mha_step_fn mha_prefill_step, mha_decode_step;
 
 /* merge.c: combines the chunks' partials of one row block in chunk order
  * and writes the normalised rows. */
