@@ -196,16 +196,16 @@ bool ParseThreads(const char *list, std::vector<int> *out)
     return !out->empty();
 }
 
-// Every ISA the library names, generic first.
+// Every ISA the library knows (mha_isas), generic first.
 std::vector<mha_isa> AllIsas()
 {
-    std::vector<mha_isa> out;
-    for (int i = MHA_ISA_GENERIC;; ++i) {
-        const mha_isa isa = static_cast<mha_isa>(i);
-        if (std::strcmp(mha_isa_name(isa), "unknown") == 0)
-            return out;
-        out.push_back(isa);
-    }
+    size_t n = 0;
+    const mha_isa *all = mha_isas(&n);
+    std::vector<mha_isa> out = {MHA_ISA_GENERIC};
+    for (size_t i = 0; i < n; ++i)
+        if (all[i] != MHA_ISA_GENERIC)
+            out.push_back(all[i]);
+    return out;
 }
 
 bool ParseIsas(const char *list, std::vector<mha_isa> *out)
@@ -216,15 +216,11 @@ bool ParseIsas(const char *list, std::vector<mha_isa> *out)
         const size_t comma = rest.find(',');
         const std::string name = rest.substr(0, comma);
         rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
-        bool known = false;
-        for (mha_isa isa : AllIsas()) {
-            if (name == mha_isa_name(isa)) {
-                out->push_back(isa);
-                known = true;
-            }
-        }
-        if (!known)
+        mha_isa isa = MHA_ISA_AUTO;
+        if (mha_isa_from_name(name.c_str(), &isa) != MHA_OK ||
+            isa == MHA_ISA_AUTO)
             return false;
+        out->push_back(isa);
     }
     return !out->empty();
 }
@@ -360,11 +356,14 @@ int main(int argc, char **argv)
         else
             ok = false;
         if (!ok) {
+            std::vector<std::string> names;
+            for (mha_isa isa : AllIsas())
+                names.push_back(mha_isa_name(isa));
             std::fprintf(stderr,
                          "mha_bench: bad argument '%s'\n"
-                         "own flags: --threads=1,2,4 --isa=generic,avx2,avx512,neon "
+                         "own flags: --threads=1,2,4 --isa=%s "
                          "--no-self-check\n",
-                         arg);
+                         arg, Join(names).c_str());
             return 2;
         }
     }

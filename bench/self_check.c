@@ -4,11 +4,7 @@
 
 #include "internal.h"
 #include "shim.h"
-
-/* Both sides are float; the baseline sums in a different order and uses
- * libm's expf. */
-#define SELF_CHECK_ABS 1e-4
-#define SELF_CHECK_REL 1e-4
+#include "support.h"
 
 static int compare(const bench_spec *spec)
 {
@@ -25,7 +21,7 @@ static int compare(const bench_spec *spec)
     rc = 0;
     for (size_t i = 0; i < n && rc == 0; ++i) {
         const double err = fabs((double)g[i] - (double)w[i]);
-        if (!(err <= SELF_CHECK_ABS + SELF_CHECK_REL * fabs((double)w[i])))
+        if (!(err <= TOL_BLAS_ABS + TOL_BLAS_REL * fabs((double)w[i])))
             rc = bench_fail(
                 "self-check: %s, B%lld H%lld KV%lld Lq%lld Lk%lld D%lld "
                 "causal %d layout %d: element %zu is %g, OpenBLAS gives %g",
@@ -58,12 +54,10 @@ int bench_self_check(void)
         {1, 2, 1, 65, 65, 32, MHA_CAUSAL_TOP_LEFT, BENCH_LAYOUT_BSHD},
         {3, 8, 2, 1, 300, 32, MHA_CAUSAL_NONE, BENCH_LAYOUT_BSHD},
     };
-    static const mha_isa isas[] = {MHA_ISA_GENERIC, MHA_ISA_AVX2,
-                                   MHA_ISA_AVX512, MHA_ISA_NEON};
+    mha_isa isas[TEST_MAX_ISAS];
+    const int n_isa = available_isas(isas);
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
-        for (size_t a = 0; a < sizeof isas / sizeof isas[0]; ++a) {
-            if (!bench_isa_supported(isas[a]))
-                continue;
+        for (int a = 0; a < n_isa; ++a) {
             const bench_spec spec = {.impl = BENCH_IMPL_ATTENTION,
                                      .batch = shapes[i].b,
                                      .heads = shapes[i].h,

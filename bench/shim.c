@@ -64,23 +64,6 @@ static mha_tensor make_tensor(float *data, const bench_spec *s, int64_t seq,
                : mha_tensor_bshd(data, s->batch, seq, heads, s->d);
 }
 
-/* float -> binary16 (round to nearest even; the data is in [-1, 1], so
- * only normal numbers, subnormals and zero occur) or bfloat16. */
-static uint16_t to_half(float f, mha_dtype dtype)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    if (dtype == MHA_BF16)
-        return (uint16_t)((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
-    const uint32_t sign = (x >> 16) & 0x8000u;
-    const float a = fabsf(f);
-    if (a < 6.103515625e-05f) /* below 2^-14: a multiple of 2^-24 */
-        return (uint16_t)(sign | (uint32_t)lrintf(a * 16777216.0f));
-    uint32_t bits = (x & 0x7FFFFFFFu) - (112u << 23);
-    bits += 0xFFFu + ((bits >> 13) & 1u);
-    return (uint16_t)(sign | (bits >> 13));
-}
-
 /* Rewrites n floats as n half-precision values in place (dtype MHA_F32:
  * nothing to do). In order, so each value is read before it is
  * overwritten. */
@@ -91,16 +74,19 @@ static void narrow(float *x, size_t n, mha_dtype dtype)
     char *bytes = (char *)x;
     for (size_t i = 0; i < n; ++i) {
         float f;
+        uint16_t h;
         memcpy(&f, bytes + i * sizeof f, sizeof f);
-        const uint16_t h = to_half(f, dtype);
+        if (dtype == MHA_BF16)
+            mha_f32_to_bf16(&f, 1, &h);
+        else
+            mha_f32_to_f16(&f, 1, &h);
         memcpy(bytes + i * sizeof h, &h, sizeof h);
     }
 }
 
 static int check_spec(const bench_spec *s)
 {
-    if (s->kv_dtype != MHA_F32 && s->kv_dtype != MHA_F16 &&
-        s->kv_dtype != MHA_BF16)
+    if (mha_dtype_size(s->kv_dtype) == 0)
         return bench_fail("unknown kv_dtype %d", (int)s->kv_dtype);
     if (s->kv_dtype != MHA_F32 && s->impl != BENCH_IMPL_ATTENTION)
         return bench_fail("half-precision K/V is for mha_attention only");
@@ -302,19 +288,14 @@ double bench_spec_flops(const bench_spec *s)
 
 double bench_spec_kv_bytes(const bench_spec *s)
 {
-    const double size = s->kv_dtype == MHA_F32 ? 4.0 : 2.0;
+    const double size = (double)mha_dtype_size(s->kv_dtype);
     return 2.0 * (double)s->batch * (double)s->lk * (double)s->kv_heads *
            (double)s->d * size;
 }
 
 int bench_isa_supported(mha_isa isa)
 {
-    mha_config config = {.num_threads = 1, .isa = isa};
-    mha_engine *engine = NULL;
-    if (mha_engine_create(&config, &engine) != MHA_OK)
-        return 0;
-    mha_engine_destroy(engine);
-    return 1;
+    return mha_isa_available(isa);
 }
 
 int bench_have_blas(void)

@@ -31,25 +31,6 @@ static float act(unsigned pos, unsigned i, unsigned salt)
     return (float)(x >> 8) / 8388608.0f - 1.0f;
 }
 
-/* fp32 -> binary16 / bfloat16, round to nearest even (finite inputs). */
-static uint16_t to_half(float f, mha_dtype dt)
-{
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    if (dt == MHA_BF16)
-        return (uint16_t)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
-    uint32_t sign = (b >> 16) & 0x8000u;
-    int exp = (int)((b >> 23) & 0xFF) - 127 + 15;
-    uint32_t man = b & 0x7FFFFFu;
-    if (exp <= 0) /* tiny: flush to signed zero, enough for a demo */
-        return (uint16_t)sign;
-    uint32_t h = sign | (uint32_t)exp << 10 | man >> 13;
-    uint32_t rest = man & 0x1FFFu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
-        h++;
-    return (uint16_t)h;
-}
-
 /* Writes token pos's k and v (all kv heads) into the cache. */
 static void append(void *kc, void *vc, mha_dtype dt, unsigned pos)
 {
@@ -60,8 +41,11 @@ static void append(void *kc, void *vc, mha_dtype dt, unsigned pos)
             ((float *)kc)[at + i] = k;
             ((float *)vc)[at + i] = v;
         } else {
-            ((uint16_t *)kc)[at + i] = to_half(k, dt);
-            ((uint16_t *)vc)[at + i] = to_half(v, dt);
+            /* The library's conversions round to nearest even. */
+            void (*narrow)(const float *, size_t, uint16_t *) =
+                dt == MHA_F16 ? mha_f32_to_f16 : mha_f32_to_bf16;
+            narrow(&k, 1, (uint16_t *)kc + at + i);
+            narrow(&v, 1, (uint16_t *)vc + at + i);
         }
     }
 }
@@ -78,7 +62,7 @@ int main(int argc, char **argv)
     if (prompt < 1 || gen < 0)
         return 2;
     int capacity = prompt + gen;
-    size_t esize = dt == MHA_F32 ? 4 : 2;
+    size_t esize = mha_dtype_size(dt);
     void *kc = malloc((size_t)capacity * HKV * D * esize);
     void *vc = malloc((size_t)capacity * HKV * D * esize);
     float *q = malloc(sizeof(float) * (size_t)prompt * H * D);
@@ -130,7 +114,7 @@ int main(int argc, char **argv)
     }
     printf("isa %s, K/V %s, H=%d over %d kv heads, d=%d\n",
            mha_isa_name(mha_engine_isa(engine)),
-           dt == MHA_F32 ? "f32" : dt == MHA_F16 ? "f16" : "bf16", H, HKV, D);
+           mha_dtype_name(dt), H, HKV, D);
     printf("prefill %d tokens: %.1f ms\n", prompt, 1e3 * (t1 - t0));
     printf("decode %d tokens (cache %d..%d): %.1f tokens/s, checksum %.6f\n",
            gen, prompt + 1, capacity, gen / (t2 - t1), checksum);

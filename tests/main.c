@@ -1,4 +1,5 @@
-/* Runs one named Check suite (argv[1]) or all of them. */
+/* Runs one named Check suite (argv[1]) or all of them, after a line naming
+ * the ISAs the suites run and those this CPU or build lacks. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,7 @@ static const struct {
     {"masks", suite_masks},         {"layer", suite_layer},
     {"errors", suite_errors},       {"threads", suite_threads},
     {"kernels", suite_kernels},     {"decode", suite_decode},
-    {"stress", suite_stress},
+    {"stress", suite_stress},       {"api", suite_api},
 };
 
 int main(int argc, char **argv)
@@ -35,6 +36,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "no suite named %s\n", argc > 1 ? argv[1] : "?");
         return 2;
     }
+    /* A table the CPU lacks is reported, not silently left out. */
+    char isas[256];
+    describe_isas(isas, sizeof isas);
+    printf("%s\n", isas);
+    fflush(stdout);
     srunner_run_all(runner, CK_NORMAL);
     int failed = srunner_ntests_failed(runner);
     srunner_free(runner);

@@ -21,20 +21,6 @@
 #include "oracle.h"
 #include "util.h"
 
-/* fp32 value on a grid the dtype holds exactly -> its 16 bits. */
-static uint16_t encode(float x, mha_dtype dt)
-{
-    uint32_t b;
-    memcpy(&b, &x, sizeof b);
-    if (dt == MHA_BF16)
-        return (uint16_t)(b >> 16);
-    if ((b & 0x7FFFFFFFu) == 0)
-        return (uint16_t)((b >> 16) & 0x8000u);
-    uint32_t sign = (b >> 16) & 0x8000u;
-    uint32_t exp = ((b >> 23) & 0xFFu) - 127u + 15u; /* normal in f16 */
-    return (uint16_t)(sign | exp << 10 | (b & 0x7FFFFFu) >> 13);
-}
-
 /* Uniform draws in [-1, 1) snapped to the dtype's exact grid. */
 static float snap(float x, mha_dtype dt)
 {
@@ -75,19 +61,23 @@ static void make_data(decode_data *dd, const decode_case *c, mha_dtype dt,
     dd->vraw = random_floats(&r, dd->nkv);
     dd->k = test_alloc(dd->nkv * sizeof(float));
     dd->v = test_alloc(dd->nkv * sizeof(float));
-    size_t esize = dt == MHA_F32 ? 4 : 2;
+    size_t esize = mha_dtype_size(dt);
     dd->kstore = test_alloc(dd->nkv * esize);
     dd->vstore = test_alloc(dd->nkv * esize);
     for (size_t i = 0; i < dd->nkv; i++) {
         dd->k[i] = snap(dd->kraw[i], dt);
         dd->v[i] = snap(dd->vraw[i], dt);
-        if (dt == MHA_F32) {
-            ((float *)dd->kstore)[i] = dd->k[i];
-            ((float *)dd->vstore)[i] = dd->v[i];
-        } else {
-            ((uint16_t *)dd->kstore)[i] = encode(dd->k[i], dt);
-            ((uint16_t *)dd->vstore)[i] = encode(dd->v[i], dt);
-        }
+    }
+    /* The grid values are exact in the dtype: narrowing does not round. */
+    if (dt == MHA_F32) {
+        memcpy(dd->kstore, dd->k, dd->nkv * esize);
+        memcpy(dd->vstore, dd->v, dd->nkv * esize);
+    } else if (dt == MHA_F16) {
+        mha_f32_to_f16(dd->k, dd->nkv, dd->kstore);
+        mha_f32_to_f16(dd->v, dd->nkv, dd->vstore);
+    } else {
+        mha_f32_to_bf16(dd->k, dd->nkv, dd->kstore);
+        mha_f32_to_bf16(dd->v, dd->nkv, dd->vstore);
     }
     dd->mask.causal = c->causal;
     if (c->keep) {
@@ -152,11 +142,6 @@ static void oracle_on(const decode_data *dd, const float *k, const float *v,
     free(q), free(kd), free(vd);
 }
 
-static const char *dtype_name(mha_dtype dt)
-{
-    return dt == MHA_F32 ? "f32" : dt == MHA_F16 ? "f16" : "bf16";
-}
-
 static const decode_case cases[] = {
     /* b, h, hkv, lk, d, causal, lengths, lq, keep */
     {1, 8, 8, 300, 64, MHA_CAUSAL_BOTTOM_RIGHT, 0, 1, 0},
@@ -202,7 +187,7 @@ START_TEST(decode_dtypes_vs_oracle)
         ck_assert_msg(ratio <= 1.0,
                       "%s %s H=%lld Hkv=%lld Lq=%lld Lk=%lld d=%lld: "
                       "out[%zu] = %g, oracle %g (ratio %g)",
-                      mha_isa_name(isas[i]), dtype_name(dt),
+                      mha_isa_name(isas[i]), mha_dtype_name(dt),
                       (long long)c->h, (long long)c->hkv, (long long)c->lq,
                       (long long)c->lk, (long long)c->d, at, (double)out[at],
                       want[at], ratio);
@@ -210,7 +195,7 @@ START_TEST(decode_dtypes_vs_oracle)
         ck_assert_msg(ratio <= 1.0,
                       "%s %s Lq=%lld: out[%zu] = %g is %g from the "
                       "fp32-input oracle",
-                      mha_isa_name(isas[i]), dtype_name(dt),
+                      mha_isa_name(isas[i]), mha_dtype_name(dt),
                       (long long)c->lq, at, (double)out[at],
                       fabs(out[at] - want_raw[at]));
         mha_engine_destroy(e);

@@ -7,52 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void rng_seed(test_rng *r, uint64_t seed)
-{
-    /* splitmix64 of the seed, so nearby seeds give unrelated streams and the
-     * state is never zero (xorshift's fixed point). */
-    uint64_t z = seed + 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    r->s = z ? z : 0x2545f4914f6cdd1dull;
-}
-
-float rng_uniform(test_rng *r)
-{
-    /* xorshift64* */
-    r->s ^= r->s >> 12;
-    r->s ^= r->s << 25;
-    r->s ^= r->s >> 27;
-    uint64_t x = r->s * 0x2545f4914f6cdd1dull;
-    /* 24 random bits: exact in a float, uniform in [-1, 1). */
-    return (float)(int32_t)(x >> 40) * (1.0f / 8388608.0f) - 1.0f;
-}
-
-void fill_uniform(test_rng *r, float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = rng_uniform(r);
-}
-
-int available_isas(mha_isa out[TEST_MAX_ISAS])
-{
-    static const mha_isa candidates[] = {MHA_ISA_GENERIC, MHA_ISA_AVX2,
-                                         MHA_ISA_NEON, MHA_ISA_AVX512};
-    _Static_assert(sizeof candidates / sizeof candidates[0] <= TEST_MAX_ISAS,
-                   "TEST_MAX_ISAS holds every candidate");
-    int n = 0;
-    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
-        mha_config config = {.num_threads = 1, .isa = candidates[i]};
-        mha_engine *engine = NULL;
-        if (mha_engine_create(&config, &engine) == MHA_OK) {
-            out[n++] = candidates[i];
-            mha_engine_destroy(engine);
-        }
-    }
-    return n;
-}
-
 mha_engine *make_engine(mha_isa isa, int nthreads)
 {
     mha_config config = {.num_threads = nthreads, .isa = isa};
@@ -67,26 +21,6 @@ mha_engine *make_engine(mha_isa isa, int nthreads)
     return engine;
 }
 
-double tol_ratio(const float *got, const double *want, size_t n, double abs,
-                 double rel, size_t *worst)
-{
-    double max_ratio = -1.0;
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++) {
-        double err = fabs((double)got[i] - want[i]);
-        double ratio = err / (abs + rel * fabs(want[i]));
-        if (isnan(ratio))
-            ratio = INFINITY;
-        if (ratio > max_ratio) {
-            max_ratio = ratio;
-            at = i;
-        }
-    }
-    if (worst)
-        *worst = at;
-    return max_ratio < 0.0 ? 0.0 : max_ratio;
-}
-
 void *test_alloc(size_t bytes)
 {
     void *p = malloc(bytes ? bytes : 1);
@@ -99,24 +33,6 @@ float *random_floats(test_rng *r, size_t n)
     float *x = test_alloc(n * sizeof *x);
     fill_uniform(r, x, n);
     return x;
-}
-
-void fill_sentinel(float *x, size_t n)
-{
-    uint32_t bits = TEST_SENTINEL_BITS;
-    for (size_t i = 0; i < n; i++)
-        memcpy(&x[i], &bits, sizeof bits);
-}
-
-size_t count_changed(const float *x, size_t n)
-{
-    size_t changed = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t bits;
-        memcpy(&bits, &x[i], sizeof bits);
-        changed += bits != TEST_SENTINEL_BITS;
-    }
-    return changed;
 }
 
 const char *layout_name(test_layout layout)
@@ -170,18 +86,6 @@ mha_tensor layout_view(test_layout layout, float *data, int64_t b, int64_t s,
                     .stride_batch = st[0], .stride_seq = st[1],
                     .stride_head = st[2], .dtype = MHA_F32};
     return t;
-}
-
-void view_gather(const mha_tensor *t, float *packed)
-{
-    const float *x = t->data;
-    size_t o = 0;
-    for (int64_t b = 0; b < t->batch; b++)
-        for (int64_t s = 0; s < t->seq; s++)
-            for (int64_t h = 0; h < t->heads; h++)
-                for (int64_t c = 0; c < t->dim; c++)
-                    packed[o++] = x[b * t->stride_batch + s * t->stride_seq +
-                                    h * t->stride_head + c];
 }
 
 size_t count_changed_outside(const float *buf, size_t n, const mha_tensor *t)

@@ -1,6 +1,8 @@
 /* The double-precision oracle (see oracle.h). Deliberately naive. */
 #include "oracle.h"
 
+#include "support.h"
+
 #include <math.h>
 #include <stdlib.h>
 
@@ -88,6 +90,8 @@ void oracle_sdpa(const oracle_dims *dims, const double *q, const double *k,
                 for (int64_t c = 0; c < dv; c++)
                     oi[c] = 0.0;
                 for (int64_t j = 0; j < Lk; j++) {
+                    if (si[j] == 0.0)
+                        continue; /* masked: its V row takes no part */
                     const double *vj = &v[((b * Lk + j) * Hkv + g) * dv];
                     for (int64_t c = 0; c < dv; c++)
                         oi[c] += si[j] * vj[c];
@@ -106,14 +110,7 @@ static double *gather(const mha_tensor *t)
 {
     double *x = oracle_alloc((size_t)(t->batch * t->seq * t->heads * t->dim),
                              sizeof *x);
-    const float *src = t->data;
-    size_t o = 0;
-    for (int64_t b = 0; b < t->batch; b++)
-        for (int64_t s = 0; s < t->seq; s++)
-            for (int64_t h = 0; h < t->heads; h++)
-                for (int64_t c = 0; c < t->dim; c++)
-                    x[o++] = src[b * t->stride_batch + s * t->stride_seq +
-                                 h * t->stride_head + c];
+    view_gather_double(t, x);
     return x;
 }
 

@@ -1,6 +1,6 @@
 /*
  * The test oracle: attention and the layer in plain double precision,
- * written from the formula of DESIGN.md (full score matrix, three passes).
+ * written from the formula of docs/design.md (full score matrix, three passes).
  * It shares no code with the library; only the public structs describe the
  * problem. Inputs are assumed valid.
  */
@@ -27,9 +27,9 @@ void oracle_sdpa(const oracle_dims *dims, const double *q, const double *k,
                  const double *v, const mha_mask *mask, double scale,
                  double *out, double *weights);
 
-/* mha_attention's problem read through its views (strides honoured;
- * args->out and args->weights are ignored). out is packed [B,Lq,H,dv],
- * weights packed [B,H,Lq,Lk] or NULL. */
+/* mha_attention's problem read through its views (strides honoured,
+ * half-precision K/V decoded; args->out and args->weights are ignored).
+ * out is packed [B,Lq,H,dv], weights packed [B,H,Lq,Lk] or NULL. */
 void oracle_attention(const mha_attention_args *args, double *out,
                       double *weights);
 

@@ -1,0 +1,172 @@
+/* The errors suite, part 2: allocation failures. Each allocation of a
+ * call fails in turn (through the engine's test hook). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+#include "test_hooks.h"
+
+/* A call whose allocations are made to fail one by one. run() returns the
+ * call's status; outputs are the bytes it may write on success. */
+typedef struct oom_call {
+    const char *name;
+    mha_status (*run)(void *ctx);
+    void *ctx;
+    void *outputs;
+    size_t output_bytes;
+} oom_call;
+
+/* Fails allocation 0, 1, 2, ... of the call in turn: each must give
+ * MHA_ERR_OUT_OF_MEMORY with the outputs untouched, until the call makes
+ * no more allocations than allowed and succeeds with the bytes of an
+ * unhindered run. Returns the number of allocations the call makes. */
+static long fail_each_allocation(const oom_call *c)
+{
+    unsigned char *want = test_alloc(c->output_bytes);
+    unsigned char *sentinel = test_alloc(c->output_bytes);
+    memset(sentinel, 0xa5, c->output_bytes);
+
+    mha_test_fail_alloc_after(-1);
+    memcpy(c->outputs, sentinel, c->output_bytes);
+    ck_assert_msg(c->run(c->ctx) == MHA_OK, "%s: unhindered run failed: %s",
+                  c->name, mha_last_error());
+    long allocations = mha_test_fail_alloc_after(-1);
+    memcpy(want, c->outputs, c->output_bytes);
+
+    for (long n = 0;; n++) {
+        ck_assert_msg(n <= allocations, "%s: still failing after %ld "
+                      "allocations (an unhindered run makes %ld)",
+                      c->name, n, allocations);
+        memcpy(c->outputs, sentinel, c->output_bytes);
+        mha_test_fail_alloc_after(n);
+        mha_status st = c->run(c->ctx);
+        long made = mha_test_fail_alloc_after(-1);
+        if (st == MHA_OK) {
+            ck_assert_msg(made <= n, "%s: allocation %ld failed yet the "
+                          "call succeeded", c->name, n);
+            ck_assert_msg(memcmp(c->outputs, want, c->output_bytes) == 0,
+                          "%s: result differs from the unhindered run",
+                          c->name);
+            break;
+        }
+        ck_assert_msg(st == MHA_ERR_OUT_OF_MEMORY,
+                      "%s: allocation %ld failed, status %s", c->name, n,
+                      mha_status_string(st));
+        ck_assert_msg(mha_last_error()[0] != '\0', "%s: no message",
+                      c->name);
+        ck_assert_msg(memcmp(c->outputs, sentinel, c->output_bytes) == 0,
+                      "%s: allocation %ld failed and outputs changed",
+                      c->name, n);
+    }
+    free(want);
+    free(sentinel);
+    return allocations;
+}
+
+typedef struct oom_ctx {
+    mha_isa isa;
+    mha_engine *engine;
+    mha_layer *layer;
+    fixture attn;
+    layer_fixture lay;
+    /* What the calls write. */
+    struct {
+        float out[N_OUT], w[N_W];
+    } attn_out;
+    struct {
+        float out[L_NQ], w[L_NW];
+    } layer_out;
+    struct {
+        mha_engine *engine;
+    } engine_out;
+    struct {
+        mha_layer *layer;
+    } created;
+} oom_ctx;
+
+static mha_status run_attention(void *p)
+{
+    oom_ctx *c = p;
+    mha_attention_args a = c->attn.args;
+    a.out.data = c->attn_out.out;
+    a.weights = c->attn_out.w;
+    return mha_attention(c->engine, &a);
+}
+
+static mha_status run_layer_forward(void *p)
+{
+    oom_ctx *c = p;
+    layer_fixture *f = &c->lay;
+    return mha_layer_forward(c->layer, f->query, f->key, f->value, LB, LLQ,
+                             LLK, &f->mask, c->layer_out.out,
+                             c->layer_out.w);
+}
+
+static mha_status run_engine_create(void *p)
+{
+    oom_ctx *c = p;
+    mha_config config = {.num_threads = 2, .isa = c->isa};
+    mha_engine *e = c->engine_out.engine;
+    mha_status st = mha_engine_create(&config, &e);
+    if (st == MHA_OK) {
+        mha_engine_destroy(e);
+        /* The pointer differs run to run; record that it was written. */
+        c->engine_out.engine = (mha_engine *)c;
+    }
+    return st;
+}
+
+static mha_status run_layer_create(void *p)
+{
+    oom_ctx *c = p;
+    mha_layer *l = c->created.layer;
+    mha_status st = mha_layer_create(c->engine, &c->lay.desc, &l);
+    if (st == MHA_OK) {
+        mha_layer_destroy(l);
+        c->created.layer = (mha_layer *)c;
+    }
+    return st;
+}
+
+START_TEST(allocation_failures)
+{
+    mha_isa isas[TEST_MAX_ISAS];
+    int n_isa = available_isas(isas);
+    for (int t = 0; t < n_isa; t++) {
+        oom_ctx *c = test_alloc(sizeof *c);
+        memset(c, 0, sizeof *c);
+        c->isa = isas[t];
+        c->engine = make_engine(isas[t], 2);
+        fixture_init(&c->attn);
+        layer_fixture_init(&c->lay);
+        ck_assert_int_eq(mha_layer_create(c->engine, &c->lay.desc, &c->layer),
+                         MHA_OK);
+        oom_call calls[] = {
+            {"mha_attention", run_attention, c, &c->attn_out,
+             sizeof c->attn_out},
+            {"mha_layer_forward", run_layer_forward, c, &c->layer_out,
+             sizeof c->layer_out},
+            {"mha_engine_create", run_engine_create, c, &c->engine_out,
+             sizeof c->engine_out},
+            {"mha_layer_create", run_layer_create, c, &c->created,
+             sizeof c->created},
+        };
+        for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+            long n = fail_each_allocation(&calls[i]);
+            /* The layer copies its weights: it must allocate. */
+            if (calls[i].run == run_layer_create)
+                ck_assert_msg(n > 0, "mha_layer_create allocated nothing");
+        }
+        mha_layer_destroy(c->layer);
+        mha_engine_destroy(c->engine);
+        fixture_free(&c->attn);
+        layer_fixture_free(&c->lay);
+        free(c);
+    }
+}
+END_TEST
+
+void errors_add_allocation_tests(TCase *tc)
+{
+    tcase_add_test(tc, allocation_failures);
+}
