@@ -1,0 +1,411 @@
+/*
+ * Writes the seed corpus of the fuzz target into a directory: one file per
+ * request, named by what it asks for, in the byte layout the target reads
+ * (the parse order of cases.c and decode.c) with the byte codes of
+ * encoding.c. ISA codes come from mha_isas(), so "bad-isa" asks for a
+ * value no listed ISA has and "bad-isa-negative" for a negative one.
+ *
+ *   fuzz_seeds DIR
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "encoding.h"
+
+typedef struct {
+    unsigned char b[512];
+    size_t n;
+} bytes;
+
+static void put8(bytes *o, unsigned v)
+{
+    if (o->n >= sizeof o->b)
+        abort();
+    o->b[o->n++] = (unsigned char)v;
+}
+
+static void put32(bytes *o, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        put8(o, (v >> (8 * i)) & 255);
+}
+
+static void put64(bytes *o, uint64_t v)
+{
+    put32(o, (uint32_t)v);
+    put32(o, (uint32_t)(v >> 32));
+}
+
+/* The engine's two bytes. isa: an mha_isa; special: an isa_special
+ * (then isa is ignored), or -1. */
+typedef struct {
+    mha_isa isa;
+    int special; /* isa_special + 1; 0: use isa */
+    int threads; /* 0 means 1 (the default of the seeds) */
+} engine_req;
+
+static void put_engine(bytes *o, const engine_req *e)
+{
+    put8(o, e->special ? isa_special_code((isa_special)(e->special - 1))
+                       : isa_code(e->isa));
+    put8(o, threads_code(e->threads ? e->threads : 1));
+}
+
+/* 11 mask bytes (parse_mask). keep: mode, pad, density; bias: mode, pad,
+ * -inf density, magnitude; lengths: mode, bad value. */
+typedef struct {
+    unsigned present; /* bit 0 a mask, 1 keep, 2 bias, 3 lengths */
+    int causal;
+    unsigned keep[3], bias[4], lengths[2];
+} mask_req;
+
+enum { M_ON = 1, M_KEEP = 3, M_BIAS = 5, M_LENGTHS = 9 };
+
+static void put_mask(bytes *o, const mask_req *m)
+{
+    put8(o, m->present);
+    put8(o, causal_code(m->causal));
+    for (int i = 0; i < 3; i++)
+        put8(o, m->keep[i]);
+    for (int i = 0; i < 4; i++)
+        put8(o, m->bias[i]);
+    put8(o, m->lengths[0]);
+    put8(o, m->lengths[1]);
+}
+
+/* Specials: up to 8 of (target, index, class, run code). */
+typedef struct {
+    unsigned target, index, cls, run;
+} special;
+
+static void put_specials(bytes *o, const special *s, unsigned n)
+{
+    put8(o, n);
+    for (unsigned i = 0; i < 8; i++) {
+        special x = i < n ? s[i] : (special){0, 0, 0, 0};
+        put8(o, x.target);
+        put8(o, x.index & 255);
+        put8(o, x.index >> 8);
+        put8(o, x.run << 4 | x.cls);
+    }
+}
+
+/* Corruptions: (target, value); raw values take 8 bytes. */
+typedef struct {
+    unsigned target;
+    int64_t value;
+    int raw;
+} corruption;
+
+static void put_corruptions(bytes *o, const corruption *c, unsigned n)
+{
+    if (n == 0) {
+        put8(o, 0);
+        return;
+    }
+    put8(o, 160 + n - 1);
+    for (unsigned i = 0; i < n; i++) {
+        put8(o, c[i].target);
+        if (c[i].raw) {
+            put8(o, WILD_RAW);
+            put64(o, (uint64_t)c[i].value);
+        } else {
+            put8(o, wild_code(c[i].value));
+        }
+    }
+}
+
+/* One attention request; zero fields take the defaults of attn(). */
+typedef struct {
+    engine_req e;
+    int64_t B, Lq, Lk, Hkv, group, d, dv;
+    unsigned layouts[4][4];
+    unsigned weights, misalign, alias;
+    unsigned scale[2];
+    uint32_t scale_raw;
+    mask_req mask;
+    uint32_t seed;
+    int k, v; /* dtypes */
+    special spec[8];
+    unsigned nspec;
+    corruption corrupt[4];
+    unsigned ncorrupt;
+} attn_req;
+
+static int64_t or_default(int64_t x, int64_t d) { return x ? x : d; }
+
+static bytes attention_bytes(const attn_req *r)
+{
+    bytes o = {{0}, 0};
+    put8(&o, 0);
+    put_engine(&o, &r->e);
+    put8(&o, (unsigned)or_default(r->B, 1) - 1);
+    put8(&o, seq_code(or_default(r->Lq, 4)));
+    put8(&o, seq_code(or_default(r->Lk, 5)));
+    put8(&o, (unsigned)or_default(r->Hkv, 1) - 1);
+    put8(&o, (unsigned)or_default(r->group, 1) - 1);
+    put8(&o, (unsigned)or_default(r->d, 8) - 1);
+    put8(&o, (unsigned)or_default(r->dv, 8) - 1);
+    for (int t = 0; t < 4; t++)
+        for (int i = 0; i < 4; i++)
+            put8(&o, r->layouts[t][i]);
+    put8(&o, r->weights);
+    put8(&o, r->misalign);
+    put8(&o, r->alias);
+    put8(&o, r->scale[0]);
+    put8(&o, r->scale[1]);
+    put32(&o, r->scale_raw);
+    put_mask(&o, &r->mask);
+    put32(&o, r->seed ? r->seed : 1);
+    put8(&o, dtype_code(r->k) | dtype_code(r->v) << 3);
+    put_specials(&o, r->spec, r->nspec);
+    put_corruptions(&o, r->corrupt, r->ncorrupt);
+    return o;
+}
+
+/* One layer request; zero fields take the defaults of layer(). */
+typedef struct {
+    engine_req e;
+    int64_t H, dh, kdim, vdim;
+    unsigned form; /* 0 in_proj, 3 q/k/v, 6 both (invalid), 7 q only */
+    int no_in_bias, no_out_bias, null_out_w;
+    int64_t B, Lq, Lk;
+    unsigned weights, misalign, alias;
+    mask_req mask;
+    special spec[8];
+    unsigned nspec;
+    corruption corrupt[4];
+    unsigned ncorrupt;
+} layer_req;
+
+static bytes layer_bytes(const layer_req *r)
+{
+    bytes o = {{0}, 0};
+    put8(&o, 1);
+    put_engine(&o, &r->e);
+    put8(&o, (unsigned)or_default(r->H, 2) - 1);
+    put8(&o, (unsigned)or_default(r->dh, 4) - 1);
+    put8(&o, r->kdim ? 160 + (unsigned)(r->kdim - 1) % 48 : 0);
+    put8(&o, r->vdim ? 160 + (unsigned)(r->vdim - 1) % 48 : 0);
+    put8(&o, r->form);
+    put8(&o, (unsigned)!r->no_in_bias | (unsigned)!r->no_out_bias << 1 |
+                 (r->null_out_w ? 12u : 0u));
+    put8(&o, (unsigned)or_default(r->B, 1) - 1);
+    put8(&o, seq_code(or_default(r->Lq, 4)));
+    put8(&o, seq_code(or_default(r->Lk, 4)));
+    put8(&o, r->weights);
+    put8(&o, r->misalign);
+    put8(&o, r->alias);
+    put_mask(&o, &r->mask);
+    put32(&o, 1);
+    put_specials(&o, r->spec, r->nspec);
+    put_corruptions(&o, r->corrupt, r->ncorrupt);
+    return o;
+}
+
+static const char *out_dir;
+static int written;
+
+static void emit(const char *name, bytes b)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", out_dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(b.b, 1, b.n, f) != b.n || fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+    written++;
+}
+
+#define ATTN(name, ...) emit(name, attention_bytes(&(attn_req){__VA_ARGS__}))
+#define LAYER(name, ...) emit(name, layer_bytes(&(layer_req){__VA_ARGS__}))
+#define SPEC(...) .spec = {__VA_ARGS__}, \
+    .nspec = sizeof((special[]){__VA_ARGS__}) / sizeof(special)
+#define CORRUPT(...) .corrupt = {__VA_ARGS__}, \
+    .ncorrupt = sizeof((corruption[]){__VA_ARGS__}) / sizeof(corruption)
+#define ISA(x) .e = {.isa = (x)}
+#define ISA_SPECIAL(s) .e = {.special = (s) + 1}
+
+/* Corruption targets (corrupt_attention): 8 per tensor (batch, seq,
+ * heads, dim, the 3 strides, data/dtype), mask strides, args, engine. */
+enum { C_Q = 0, C_K = 8, C_V = 16, C_OUT = 24, C_KEEP = 32, C_BIAS = 35,
+       C_ARGS = 38, C_ENGINE = 39 };
+enum { F_BATCH, F_SEQ, F_HEADS, F_DIM, F_SB, F_SS, F_SH, F_DATA };
+/* corrupt_layer: E, H, kdim, vdim, B, Lq, Lk, 4 NULL pointers, layer. */
+enum { L_E, L_H, L_KDIM, L_VDIM, L_B, L_LQ, L_LK, L_NULL_QUERY,
+       L_NULL_LAYER = 11 };
+
+#define P62 ((int64_t)1 << 62)
+
+static void attention_seeds(const mask_req *all_masks, const special *sp,
+                            unsigned nsp)
+{
+    const unsigned padded_bhsd[4] = {3, 3, 5, 7};
+#define LAYOUTS4(l) .layouts = {{l[0], l[1], l[2], l[3]}, \
+    {l[0], l[1], l[2], l[3]}, {l[0], l[1], l[2], l[3]}, \
+    {l[0], l[1], l[2], l[3]}}
+    /* --- valid --- */
+    ATTN("attn-basic", .e = {0});
+    ATTN("attn-generic-4threads", .e = {.isa = MHA_ISA_GENERIC, .threads = 4},
+         .B = 2, .Lq = 9, .Lk = 13, .d = 17, .dv = 5);
+    ATTN("attn-avx2-tails", .e = {.isa = MHA_ISA_AVX2, .threads = 2},
+         .Lq = 7, .Lk = 19, .d = 23, .dv = 33);
+    ATTN("attn-gqa-all-masks", .B = 3, .Lq = 6, .Lk = 11, .Hkv = 2,
+         .group = 3, .d = 16, .dv = 8, .weights = 1, .mask = *all_masks,
+         LAYOUTS4(padded_bhsd));
+    ATTN("attn-decode", .B = 2, .Lq = 1, .Lk = 265, .Hkv = 2, .group = 2,
+         .d = 32, .dv = 32,
+         .mask = {M_LENGTHS, MHA_CAUSAL_BOTTOM_RIGHT, {0}, {0}, {0}});
+    ATTN("attn-long-blocks", .e = {.threads = 2}, .Lq = 103, .Lk = 301,
+         .mask = {M_ON, MHA_CAUSAL_TOP_LEFT, {0}, {0}, {0}});
+    ATTN("attn-prefill-bottom-right", .Lq = 12, .Lk = 20,
+         .mask = {M_ON, MHA_CAUSAL_BOTTOM_RIGHT, {0}, {0}, {0}});
+    ATTN("attn-f16", .k = MHA_F16, .v = MHA_F16, .Lq = 5, .Lk = 31, .d = 24,
+         .dv = 9);
+    ATTN("attn-bf16-f32", .k = MHA_BF16, .Lq = 3, .Lk = 73, .d = 40,
+         .dv = 16, .weights = 1);
+    ATTN("attn-broadcast-inputs", .B = 2, .Lq = 5, .Lk = 6, .group = 2,
+         /* zero batch, seq and head strides on q, k, v */
+         .layouts = {{4, 7, 0, 0}, {4, 7, 0, 0}, {4, 7, 0, 0}, {0}},
+         .mask = {M_KEEP, 0, {2, 0, 60}, {0}, {0}});
+    ATTN("attn-lookahead-bias", .Lq = 8, .Lk = 8,
+         .mask = {M_BIAS, 0, {0}, {3, 0, 50, 0}, {0}});
+    ATTN("attn-fully-masked", .Lq = 5, .Lk = 7, .weights = 1,
+         .mask = {M_KEEP, 0, {0, 0, 255}, {0}, {0}});
+    ATTN("attn-ninf-bias-rows", .Lq = 5, .Lk = 7, .weights = 1,
+         .mask = {M_BIAS, 0, {0}, {7, 0, 255, 0}, {0}});
+    ATTN("attn-zero-lengths", .B = 3, .Lq = 4, .Lk = 6,
+         .mask = {M_LENGTHS, 0, {0}, {0}, {5, 0}});
+    attn_req specials = {.Lq = 6, .Lk = 9, .d = 5, .dv = 7, .weights = 1,
+                         .mask = {M_BIAS, 0, {0}, {0, 0, 20, 0}, {0}},
+                         .nspec = nsp};
+    memcpy(specials.spec, sp, nsp * sizeof *sp);
+    emit("attn-specials", attention_bytes(&specials));
+    ATTN("attn-nan-query-row", .Lq = 3, .Lk = 4, .d = 4, .dv = 4,
+         SPEC({0, 0, SP_NAN, 1}));
+    attn_req specials_half = {.k = MHA_F16, .v = MHA_BF16, .Lq = 4, .Lk = 9,
+                              .nspec = nsp};
+    memcpy(specials_half.spec, sp, nsp * sizeof *sp);
+    emit("attn-specials-f16", attention_bytes(&specials_half));
+    ATTN("attn-scale-negative", .scale = {3, 0x83});
+    ATTN("attn-scale-extreme", .scale = {10, 4}, .Lq = 3, .Lk = 37);
+    ATTN("attn-scale-denormal", .scale = {10, 0});
+    ATTN("attn-shared-inputs", .alias = 10, .Lq = 6, .Lk = 6);
+    ATTN("attn-misaligned", .misalign = 0xff, .d = 9, .dv = 3, .weights = 1,
+         .mask = *all_masks);
+    ATTN("attn-interleaved-out", .Lq = 6, .Lk = 3, .Hkv = 3, .group = 2,
+         .d = 1, .dv = 1, .layouts = {{0}, {0}, {0}, {5, 0, 17, 9}});
+    /* --- invalid --- */
+    ATTN("bad-isa", ISA_SPECIAL(ISA_PAST_LAST));
+    ATTN("bad-isa-negative", ISA_SPECIAL(ISA_NEGATIVE));
+    ATTN("bad-isa-huge", ISA_SPECIAL(ISA_HUGE));
+    ATTN("bad-threads", .e = {.threads = -1});
+    ATTN("bad-threads-above-max", .e = {.threads = MHA_MAX_THREADS + 1});
+    ATTN("attn-null-config", ISA_SPECIAL(ISA_NULL_CONFIG));
+    ATTN("bad-negative-stride", .layouts = {{6, 1, 3, 0}, {0}, {0}, {0}});
+    ATTN("bad-out-overlaps-itself", .Lq = 3, .group = 2,
+         .layouts = {{0}, {0}, {0}, {7, 0, 0, 0}});
+    ATTN("bad-out-is-q", .alias = 11);
+    ATTN("bad-weights-is-out", .alias = 13, .weights = 1);
+    ATTN("bad-mask-in-out", .alias = 15,
+         .mask = {M_BIAS, 0, {0}, {0}, {0}});
+    ATTN("bad-causal", .mask = {M_ON, 3, {0}, {0}, {0}});
+    ATTN("bad-causal-negative", .mask = {M_ON, -1, {0}, {0}, {0}});
+    ATTN("bad-key-length", .B = 2,
+         .mask = {M_LENGTHS, 0, {0}, {0}, {6, 0x11}});
+    ATTN("bad-mask-stride", .mask = {M_KEEP, 0, {6, 3, 0}, {0}, {0}});
+    ATTN("bad-scale-nan", .scale = {8, 1});
+    ATTN("bad-scale-inf", .scale = {9, 0});
+    ATTN("bad-dtype-k", .k = 3);
+    /* q.dtype = 1 (f16): the value's low bit clear, dtype value >> 1 */
+    ATTN("bad-dtype-q", CORRUPT({C_Q + F_DATA, 2, 0}));
+    ATTN("bad-null-q", CORRUPT({C_Q + F_DATA, 1, 0}));
+    ATTN("bad-null-args", CORRUPT({C_ARGS, 0, 0}));
+    ATTN("bad-null-engine", CORRUPT({C_ENGINE, 0, 0}));
+    ATTN("bad-zero-batch", CORRUPT({C_Q + F_BATCH, 0, 0}));
+    ATTN("bad-negative-seq", CORRUPT({C_K + F_SEQ, -1, 0}));
+    ATTN("bad-shape-mismatch", CORRUPT({C_V + F_DIM, 7, 0}));
+    ATTN("bad-heads-divide", .Hkv = 2, CORRUPT({C_K + F_HEADS, 3, 0}));
+    ATTN("huge-batch", CORRUPT({C_Q + F_BATCH, P62, 0},
+                               {C_K + F_BATCH, P62, 0},
+                               {C_V + F_BATCH, P62, 0},
+                               {C_OUT + F_BATCH, P62, 0}));
+    ATTN("huge-seq-overflow", CORRUPT({C_Q + F_SEQ, INT64_MAX, 0}));
+    ATTN("huge-stride", .B = 2, CORRUPT({C_Q + F_SB, INT64_MAX, 0}));
+    /* Lk = 2^62 broadcast keys: tiny buffers, B*H*Lq*Lk*4 overflows. */
+    ATTN("huge-lk-broadcast", .weights = 1,
+         CORRUPT({C_K + F_SEQ, P62, 0}, {C_K + F_SS, 0, 0},
+                 {C_V + F_SEQ, P62, 0}, {C_V + F_SS, 0, 0}));
+    ATTN("huge-mask-stride", .B = 2, .mask = {M_BIAS, 0, {0}, {0}, {0}},
+         CORRUPT({C_BIAS, P62, 0}));
+    ATTN("huge-raw-size", CORRUPT({C_Q + F_DIM, INT64_MIN + 5, 1}));
+#undef LAYOUTS4
+}
+
+static void layer_seeds(const mask_req *all_masks, const special *sp,
+                        unsigned nsp)
+{
+    /* --- valid --- */
+    LAYER("layer-basic", .e = {0});
+    LAYER("layer-weights", .H = 3, .dh = 5, .B = 2, .Lq = 5, .Lk = 7,
+          .weights = 1, .mask = *all_masks);
+    LAYER("layer-kdim-vdim", .form = 3, .kdim = 7, .vdim = 13, .Lq = 3,
+          .Lk = 9);
+    LAYER("layer-no-bias", .no_in_bias = 1, .no_out_bias = 1,
+          .e = {.threads = 2});
+    LAYER("layer-self-causal", .alias = 10, .Lq = 6, .Lk = 6,
+          .mask = {M_ON, MHA_CAUSAL_TOP_LEFT, {0}, {0}, {0}});
+    LAYER("layer-fully-masked", .weights = 1,
+          .mask = {M_KEEP, 0, {0, 0, 255}, {0}, {0}});
+    layer_req specials = {.Lq = 5, .Lk = 9, .nspec = nsp};
+    memcpy(specials.spec, sp, nsp * sizeof *sp);
+    emit("layer-specials", layer_bytes(&specials));
+    LAYER("layer-avx2-threads", .e = {.isa = MHA_ISA_AVX2, .threads = 4},
+          .H = 4, .dh = 12, .B = 3, .Lq = 20, .Lk = 31);
+    /* --- invalid --- */
+    LAYER("layer-bad-both-forms", .form = 6);
+    LAYER("layer-bad-q-only", .form = 7);
+    LAYER("layer-bad-in-proj-kdim", .form = 0, .kdim = 3);
+    LAYER("layer-bad-no-out-weight", .null_out_w = 1);
+    LAYER("layer-bad-heads", CORRUPT({L_H, 3, 0}));
+    LAYER("layer-bad-embed", CORRUPT({L_E, -1, 0}));
+    LAYER("layer-bad-kdim", .form = 3, CORRUPT({L_KDIM, -2, 0}));
+    LAYER("layer-huge-embed", CORRUPT({L_E, (int64_t)1 << 40, 0},
+                                      {L_H, 7, 0}));
+    LAYER("layer-huge-embed-overflow", CORRUPT({L_E, (int64_t)1 << 32, 0}));
+    LAYER("layer-bad-batch", CORRUPT({L_B, 0, 0}));
+    LAYER("layer-huge-lq", CORRUPT({L_LQ, P62, 0}));
+    LAYER("layer-bad-null-query", CORRUPT({L_NULL_QUERY, 0, 0}));
+    LAYER("layer-bad-null-layer", CORRUPT({L_NULL_LAYER, 0, 0}));
+    LAYER("layer-bad-out-is-query", .alias = 11);
+    LAYER("layer-bad-weights-is-key", .alias = 14, .weights = 1);
+    LAYER("layer-bad-mask-in-out", .alias = 15,
+          .mask = {M_BIAS, 0, {0}, {0}, {0}});
+    LAYER("layer-bad-key-length",
+          .mask = {M_LENGTHS, 0, {0}, {0}, {6, 0x10}});
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: fuzz_seeds DIR\n");
+        return 2;
+    }
+    out_dir = argv[1];
+    /* Every mask kind at once: a [B, 1, Lq, Lk] keep-mask, a padded bias,
+     * key lengths, bottom-right causal. */
+    const mask_req all_masks = {M_KEEP | M_BIAS | M_LENGTHS,
+                                MHA_CAUSAL_BOTTOM_RIGHT, {4, 0, 40},
+                                {1, 13, 30, 0}, {0, 0}};
+    const special sp[] = {{0, 3, SP_NAN, 0},     {1, 17, SP_INF, 0},
+                          {2, 5, SP_NEG_NAN, 2}, {2, 40, SP_DENORM, 7},
+                          {3, 2, SP_NEG_INF, 3}, {1, 9, SP_HUGE, 0}};
+    const unsigned nsp = sizeof sp / sizeof sp[0];
+    attention_seeds(&all_masks, sp, nsp);
+    layer_seeds(&all_masks, sp, nsp);
+    printf("wrote %d seeds to %s\n", written, out_dir);
+    return 0;
+}
