@@ -19,7 +19,7 @@ qk_strip(const int mr, const float *q, ptrdiff_t ldq, const float *kp,
         mk_avx2_tile_6x16(mr, 0, d, q, ldq, kp + j0 * d, MK_AVX2_NR, NULL,
                              NULL, s + j0, lds, MK_AVX2_NR);
     if (j0 < n) /* the panel is zero-padded: only the store narrows */
-        mk_avx2_tile_6x16(mr, MK_AVX2_C_NARROW, d, q, ldq, kp + j0 * d,
+        mk_avx2_tile_6x16(mr, MK_TILE_C_NARROW, d, q, ldq, kp + j0 * d,
                              MK_AVX2_NR, NULL, NULL, s + j0, lds, n - j0);
 }
 
@@ -29,8 +29,8 @@ qk_strip(const int mr, const float *q, ptrdiff_t ldq, const float *kp,
  * 1 broadcast of q (tile_6x16.h). Strips of 6 query rows (the last one
  * 1..5 rows) sweep the key panels; the last panel may be partly padding.
  * Query rows are read in place: a strip is only 6 rows, so rows a page
- * apart cost no more than contiguous ones (measured).
- * Preconditions: kp packed by mk_avx2_pack_k for n keys of depth d;
+ * apart cost no more than contiguous ones (docs/design.md).
+ * Preconditions: kp packed by mk_avx2_pack for n keys of depth d;
  * ldq >= 0 (0 repeats one query row); lds >= n when m > 1.
  */
 void mk_avx2_qk_6x16(const float *q, ptrdiff_t ldq, int64_t m,
@@ -56,8 +56,8 @@ void mk_avx2_qk_6x16(const float *q, ptrdiff_t ldq, int64_t m,
 #endif
 
 /* Keys 0..jn-1 of one strip of mr rows against every column block of V.
- * flags: MK_AVX2_INIT_SCALED for the first keys of the tile, else
- * MK_AVX2_INIT_LOAD to continue the sums in o; MK_AVX2_PREFETCH_B when V
+ * flags: MK_TILE_INIT_SCALED for the first keys of the tile, else
+ * MK_TILE_INIT_LOAD to continue the sums in o; MK_TILE_PREFETCH_B when V
  * is read in place. */
 static inline __attribute__((always_inline)) void
 pv_strip(const int mr, const unsigned flags, const float *p, ptrdiff_t ldp,
@@ -66,11 +66,11 @@ pv_strip(const int mr, const unsigned flags, const float *p, ptrdiff_t ldp,
 {
     int64_t c0 = 0;
     for (; c0 + MK_AVX2_NR <= dv; c0 += MK_AVX2_NR)
-        mk_avx2_tile_6x16(mr, flags | MK_AVX2_PREFETCH_C_NEXT, jn, p, ldp,
+        mk_avx2_tile_6x16(mr, flags | MK_TILE_PREFETCH_C_NEXT, jn, p, ldp,
                              v + c0, ldv, alpha, NULL, o + c0, ldo,
                              MK_AVX2_NR);
     if (c0 < dv)
-        mk_avx2_tile_6x16(mr, flags | MK_AVX2_B_NARROW | MK_AVX2_C_NARROW,
+        mk_avx2_tile_6x16(mr, flags | MK_TILE_B_NARROW | MK_TILE_C_NARROW,
                              jn, p, ldp, v + c0, ldv, alpha, NULL, o + c0,
                              ldo, dv - c0);
 }
@@ -82,9 +82,9 @@ static void pv_rows(unsigned flags, const float *p, ptrdiff_t ldp, int64_t m,
                     const float *alpha, float *o, ptrdiff_t ldo)
 {
     enum {
-        IN_PLACE = MK_AVX2_INIT_SCALED | MK_AVX2_PREFETCH_B,
-        FIRST_CHUNK = MK_AVX2_INIT_SCALED,
-        NEXT_CHUNK = MK_AVX2_INIT_LOAD,
+        IN_PLACE = MK_TILE_INIT_SCALED | MK_TILE_PREFETCH_B,
+        FIRST_CHUNK = MK_TILE_INIT_SCALED,
+        NEXT_CHUNK = MK_TILE_INIT_LOAD,
     };
     for (int64_t i0 = 0; i0 < m; i0 += MK_AVX2_MR) {
         int64_t mr = m - i0 < MK_AVX2_MR ? m - i0 : MK_AVX2_MR;
@@ -111,9 +111,9 @@ static void pv_rows(unsigned flags, const float *p, ptrdiff_t ldp, int64_t m,
  * (V inside a [B, S, H, D] tensor, a page or more apart) are copied to the
  * stack a chunk of keys at a time, every strip consuming the chunk while
  * it is in L1, the sums carried in o between chunks: in prefill the chunk
- * is reused by every strip (+4-6% on the attention loop at d = 128), in
- * decode (one strip) the row-by-row copy reads DRAM better than column
- * blocks scattered over a page per key (+6%). Every element is alpha * o
+ * is reused by every strip, in decode (one strip) the row-by-row copy
+ * reads DRAM better than column blocks scattered over a page per key
+ * (docs/design.md). Every element is alpha * o
  * then one FMA per key in key order on either path.
  * Preconditions: ldp, ldv >= 0 (0 repeats one row); ldo >= dv when m > 1.
  */
@@ -126,7 +126,7 @@ void mk_avx2_pv_6x16(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     assert(m <= 1 || ldo >= dv);
     int64_t chunk = dv > 0 ? PV_COPY_FLOATS / dv : 0;
     if (n <= 1 || ldv == dv || chunk < 8) {
-        pv_rows(MK_AVX2_INIT_SCALED | MK_AVX2_PREFETCH_B, p, ldp, m, n, v, ldv,
+        pv_rows(MK_TILE_INIT_SCALED | MK_TILE_PREFETCH_B, p, ldp, m, n, v, ldv,
                 dv, alpha, o, ldo);
         return;
     }
@@ -135,7 +135,7 @@ void mk_avx2_pv_6x16(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
         int64_t jn = n - j0 < chunk ? n - j0 : chunk;
         for (int64_t j = 0; j < jn; j++)
             memcpy(vbuf + j * dv, v + (j0 + j) * ldv, (size_t)dv * sizeof *v);
-        pv_rows(j0 == 0 ? MK_AVX2_INIT_SCALED : MK_AVX2_INIT_LOAD, p + j0, ldp,
+        pv_rows(j0 == 0 ? MK_TILE_INIT_SCALED : MK_TILE_INIT_LOAD, p + j0, ldp,
                 m, jn, vbuf, dv, dv, alpha, o, ldo);
     }
 }

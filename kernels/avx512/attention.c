@@ -19,7 +19,7 @@ qk_strip(const int mr, const float *q, ptrdiff_t ldq, const float *kp,
         mk_avx512_tile(mr, 0, d, q, ldq, kp + j0 * d, MK_AVX512_NR, NULL,
                        NULL, s + j0, lds, MK_AVX512_NR);
     if (j0 < n) /* the panel is zero-padded: only the store narrows */
-        mk_avx512_tile(mr, MK_AVX512_C_NARROW, d, q, ldq, kp + j0 * d,
+        mk_avx512_tile(mr, MK_TILE_C_NARROW, d, q, ldq, kp + j0 * d,
                        MK_AVX512_NR, NULL, NULL, s + j0, lds, n - j0);
 }
 
@@ -29,7 +29,7 @@ qk_strip(const int mr, const float *q, ptrdiff_t ldq, const float *kp,
  * 1 broadcast of q (tile.h). Strips of 12 query rows (the rest in strips
  * of 8, 4, 2, 1 rows) sweep the key panels, reading the query rows in place; the last
  * panel may be partly padding.
- * Preconditions: kp packed by mk_avx512_pack_k for n keys of depth d;
+ * Preconditions: kp packed by mk_avx512_pack for n keys of depth d;
  * ldq >= 0 (0 repeats one query row); lds >= n when m > 1.
  */
 void mk_avx512_qk_12x32(const float *q, ptrdiff_t ldq, int64_t m,
@@ -48,7 +48,8 @@ void mk_avx512_qk_12x32(const float *q, ptrdiff_t ldq, int64_t m,
 /* ---- O = alpha O + P V ---------------------------------------------- */
 
 /* Keys per V panel: 128 keys x 32 columns is 16 KiB of stack, which stays
- * in L1 while every strip of P reads it (256 keys measured no faster). */
+ * in L1 while every strip of P reads it (a larger panel is no faster:
+ * docs/design.md). */
 #ifndef PV_PANEL_KEYS
 #define PV_PANEL_KEYS 128
 #endif
@@ -65,7 +66,7 @@ pv_tile(const int mr, const unsigned flags, const float *p, ptrdiff_t ldp,
         mk_avx512_tile(mr, flags, jn, p, ldp, v, ldv, alpha, NULL, o, ldo,
                        MK_AVX512_NR);
     else
-        mk_avx512_tile(mr, flags | MK_AVX512_C_NARROW, jn, p, ldp, v, ldv,
+        mk_avx512_tile(mr, flags | MK_TILE_C_NARROW, jn, p, ldp, v, ldv,
                        alpha, NULL, o, ldo, nr);
 }
 
@@ -89,14 +90,14 @@ static void pv_in_place(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                         const float *v, ptrdiff_t ldv, int64_t dv,
                         const float *alpha, float *o, ptrdiff_t ldo)
 {
-    enum { FLAGS = MK_AVX512_INIT_SCALED | MK_AVX512_PREFETCH_B };
+    enum { FLAGS = MK_TILE_INIT_SCALED | MK_TILE_PREFETCH_B };
     for (int64_t c0 = 0; c0 < dv; c0 += MK_AVX512_NR) {
         int64_t nr = dv - c0 < MK_AVX512_NR ? dv - c0 : MK_AVX512_NR;
         if (nr == MK_AVX512_NR)
             pv_column(FLAGS, p, ldp, m, n, v + c0, ldv, nr, alpha, o + c0,
                       ldo);
         else
-            pv_column(FLAGS | MK_AVX512_B_NARROW, p, ldp, m, n, v + c0, ldv,
+            pv_column(FLAGS | MK_TILE_B_NARROW, p, ldp, m, n, v + c0, ldv,
                       nr, alpha, o + c0, ldo);
     }
 }
@@ -160,10 +161,10 @@ void mk_avx512_pv_12x32(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
             int64_t jn = n - j0 < PV_PANEL_KEYS ? n - j0 : PV_PANEL_KEYS;
             copy_panel(v + j0 * ldv + c0, ldv, jn, nr, panel);
             if (j0 == 0)
-                pv_column(MK_AVX512_INIT_SCALED, p, ldp, m, jn, panel,
+                pv_column(MK_TILE_INIT_SCALED, p, ldp, m, jn, panel,
                           MK_AVX512_NR, nr, alpha, o + c0, ldo);
             else
-                pv_column(MK_AVX512_INIT_LOAD, p + j0, ldp, m, jn, panel,
+                pv_column(MK_TILE_INIT_LOAD, p + j0, ldp, m, jn, panel,
                           MK_AVX512_NR, nr, alpha, o + c0, ldo);
         }
     }

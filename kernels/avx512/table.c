@@ -3,7 +3,7 @@
  * memory-bound kernels gain nothing from wider registers. block_q is a
  * multiple of the 12-row tile and block_k of the 32-key panel; 144 x 256
  * keeps the avx2 table's causal behaviour and a 144 KiB score tile in L2
- * (other sizes measured alike: docs/design.md). */
+ * (other sizes ran alike: docs/design.md). */
 #include "avx512.h"
 #include "tile.h"
 
