@@ -63,13 +63,15 @@ mha_status mha_layer_create(const mha_engine *engine,
         return mha_fail(MHA_ERR_NULL_POINTER, "desc.out_proj_weight is NULL");
     const float *src[4];
     const int64_t in[4] = {e, kdim, vdim, e};
+    const char *in_name[4] = {"embed_dim", "kdim", "vdim", "embed_dim"};
     int64_t check;
     for (int i = 0; i < 4; i++)
         if (!mha_mul_ok(e, in[i], &check) ||
             !mha_mul_ok(check, 3 * (int64_t)sizeof(float), &check))
             return mha_fail(MHA_ERR_OVERFLOW,
-                            "projection weights of %lld x %lld overflow",
-                            (long long)e, (long long)in[i]);
+                            "projection weights of desc.embed_dim (%lld) x "
+                            "desc.%s (%lld) overflow",
+                            (long long)e, in_name[i], (long long)in[i]);
     if (desc->in_proj_weight) {
         if (desc->q_proj_weight || desc->k_proj_weight || desc->v_proj_weight)
             return mha_fail(MHA_ERR_BAD_ARGUMENT,

@@ -311,8 +311,8 @@ mha_status mha_validate_attention(const mha_attention_args *args,
     if (!args)
         return mha_fail(MHA_ERR_NULL_POINTER, "args is NULL");
     const mha_tensor *q = &args->q, *k = &args->k, *v = &args->v,
-                     *o = &args->out;
-    mha_views views = {3, {q, k, v}, {"q", "k", "v"}, o, "out",
+                     *out = &args->out;
+    mha_views views = {3, {q, k, v}, {"q", "k", "v"}, out, "out",
                        args->weights, args->mask, q->batch, q->heads,
                        q->seq, k->seq};
     mha_status st;
@@ -326,13 +326,13 @@ mha_status mha_validate_attention(const mha_attention_args *args,
                         (long long)(b)->fb);
     SAME(k, batch, q, batch)
     SAME(v, batch, q, batch)
-    SAME(o, batch, q, batch)
-    SAME(o, seq, q, seq)
-    SAME(o, heads, q, heads)
+    SAME(out, batch, q, batch)
+    SAME(out, seq, q, seq)
+    SAME(out, heads, q, heads)
     SAME(v, seq, k, seq)
     SAME(v, heads, k, heads)
     SAME(k, dim, q, dim)
-    SAME(o, dim, v, dim)
+    SAME(out, dim, v, dim)
 #undef SAME
     if (q->heads % k->heads != 0)
         return mha_fail(MHA_ERR_BAD_SHAPE,
@@ -344,6 +344,6 @@ mha_status mha_validate_attention(const mha_attention_args *args,
     mha_mask mask;
     if ((st = mha_check_outputs(&views, &mask)) != MHA_OK)
         return st;
-    mha_problem_init(p, q, k, v, o, &mask, args->scale, args->weights);
+    mha_problem_init(p, q, k, v, out, &mask, args->scale, args->weights);
     return MHA_OK;
 }

@@ -27,8 +27,11 @@ import statistics
 import sys
 
 KIND_ORDER = ["attention", "causal", "decode", "layer", "blas_baseline"]
-ISA_ORDER = ["generic", "avx2", "avx512", "neon", "openblas"]
 BASELINE_ISA = "openblas"
+# The ISAs in the driver's order (its "isas" context: mha_isas(), best
+# first), then the baseline; set by load(). No ISA name is spelled here, so
+# a new ISA needs no change in this script.
+ISA_ORDER = [BASELINE_ISA]
 # Measured in the same run as the cases, against which they are read.
 REFERENCE_KINDS = ["fma_peak", "membw"]
 
@@ -87,7 +90,10 @@ def load(path):
             "spread": (max(values) - min(values)) / med if med > 0 else 0.0,
             "reps": len(values),
         }
-    return data.get("context", {}), results, errors
+    context = data.get("context", {})
+    ISA_ORDER[:] = [i for i in str(context.get("isas", "")).split(",") if i]
+    ISA_ORDER.append(BASELINE_ISA)
+    return context, results, errors
 
 
 def fmt(x, pattern):
@@ -283,8 +289,6 @@ KEPT_HEADING = "## Figures behind design choices"
 # /proc/cpuinfo, AArch64 feature names), in the order the CPU lists them.
 SIMD_FLAG = re.compile(r"^(sse4_[12]|avx\w*|fma|f16c|amx\w*|asimd\w*|fphp|"
                        r"sve\w*|sme\d*|sme[bfi]\w+|bf16|i8mm)$")
-# The table MHA_ISA_AUTO picks, best first.
-DEFAULT_ORDER = ["avx512", "avx2", "neon", "generic"]
 
 
 def cpu_info(path):
@@ -327,7 +331,10 @@ def summary_table(context, results):
     """Per case, the table MHA_ISA_AUTO picks, on one thread and on the most
     threads measured, against its same-run references."""
     isas = {k[2] for k in results}
-    isa = next((i for i in DEFAULT_ORDER if i in isas), None)
+    # The ISAs come best first (mha_isas' order): the first one measured is
+    # the table MHA_ISA_AUTO picks.
+    isa = next((i for i in ISA_ORDER if i in isas and i != BASELINE_ISA),
+               None)
     if isa is None:
         return None
     most = max(k[3] for k in results if k[2] == isa)
@@ -493,10 +500,10 @@ def plot(context, results, path):
     rows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.8 * rows),
                              squeeze=False)
-    styles = {"generic": "--", "avx2": "-", "avx512": "-.", "neon": "-",
-              "openblas": ":"}
-    markers = {"generic": "s", "avx2": "o", "avx512": "D", "neon": "^",
-               "openblas": "x"}
+    styles = {isa: ["-", "-.", "--", (0, (3, 1, 1, 1))][i % 4]
+              for i, isa in enumerate(ISA_ORDER)}
+    markers = {isa: "osD^vP*"[i % 7] for i, isa in enumerate(ISA_ORDER)}
+    styles[BASELINE_ISA], markers[BASELINE_ISA] = ":", "x"
     for ax, kind in zip(axes.flat, panels):
         shapes = []
         for _, shape, _ in lines[kind]:

@@ -16,7 +16,8 @@ static const struct {
     {"oracle", suite_oracle},       {"attention", suite_attention},
     {"masks", suite_masks},         {"layer", suite_layer},
     {"errors", suite_errors},       {"threads", suite_threads},
-    {"kernels", suite_kernels},     {"decode", suite_decode},
+    {"kernels", suite_kernels},     {"softmax", suite_softmax},
+    {"kernel_decode", suite_kernel_decode}, {"decode", suite_decode},
     {"stress", suite_stress},       {"api", suite_api},
 };
 

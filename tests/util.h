@@ -18,6 +18,8 @@ Suite *suite_layer(void);
 Suite *suite_errors(void);
 Suite *suite_threads(void);
 Suite *suite_kernels(void);
+Suite *suite_softmax(void);
+Suite *suite_kernel_decode(void);
 Suite *suite_decode(void);
 Suite *suite_stress(void);
 Suite *suite_api(void);

@@ -18,11 +18,9 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
-/* Rows fetched ahead of the one in use, into L2. Measured on
- * (1,32,1,4096,128), 2 threads, [B, L, H, D]: 32 rows into L2 streamed K
- * and V at 21-24 GB/s in fp32 and fp16 alike, against 19-21 for 8-16 rows
- * into L1 (rows 16 KiB apart share L1 sets, so a long L1 distance evicts
- * rows before they are used). */
+/* Rows fetched ahead of the one in use, into L2 rather than L1: rows
+ * 16 KiB apart share L1 sets, so a long L1 distance evicts rows before
+ * they are used (the distance measured: docs/design.md). */
 enum { AHEAD = 32 };
 
 /* Every cache line of a row of row_bytes bytes. */

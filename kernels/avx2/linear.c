@@ -19,17 +19,17 @@ linear_strip(const int mr, const float *a, ptrdiff_t lda, const float *wp,
         const float *panel = wp + j * k;
         int64_t nr = j1 - j < MK_AVX2_NR ? j1 - j : MK_AVX2_NR;
         if (nr == MK_AVX2_NR && bias)
-            mk_avx2_tile_6x16(mr, MK_AVX2_ADD_BIAS, k, a, lda, panel,
+            mk_avx2_tile_6x16(mr, MK_TILE_ADD_BIAS, k, a, lda, panel,
                                  MK_AVX2_NR, NULL, bias + j, c + j, ldc, nr);
         else if (nr == MK_AVX2_NR)
             mk_avx2_tile_6x16(mr, 0, k, a, lda, panel, MK_AVX2_NR, NULL,
                                  NULL, c + j, ldc, nr);
         else if (bias)
-            mk_avx2_tile_6x16(mr, MK_AVX2_ADD_BIAS | MK_AVX2_C_NARROW, k,
+            mk_avx2_tile_6x16(mr, MK_TILE_ADD_BIAS | MK_TILE_C_NARROW, k,
                                  a, lda, panel, MK_AVX2_NR, NULL, bias + j,
                                  c + j, ldc, nr);
         else
-            mk_avx2_tile_6x16(mr, MK_AVX2_C_NARROW, k, a, lda, panel,
+            mk_avx2_tile_6x16(mr, MK_TILE_C_NARROW, k, a, lda, panel,
                                  MK_AVX2_NR, NULL, NULL, c + j, ldc, nr);
     }
 }
@@ -40,7 +40,7 @@ linear_strip(const int mr, const float *a, ptrdiff_t lda, const float *wp,
  * depth k, 2 for the packed weight row, 1 broadcast of a; bias added once
  * after the sum. Columns go in blocks of LINEAR_NC, each swept by every
  * 6-row strip of a (the last strip 1..5 rows, the last panel narrowed).
- * Preconditions: wp packed by mk_avx2_pack_w for n x k; lda >= 0 (0
+ * Preconditions: wp packed by mk_avx2_pack (ldx = k) for n x k; lda >= 0 (0
  * repeats one row); ldc >= n when m > 1.
  */
 void mk_avx2_linear_6x16(const float *a, ptrdiff_t lda, int64_t m,

@@ -1,7 +1,7 @@
 /*
- * The AVX2 peak: independent 256-bit FMA chains. Compiled with -mavx2 -mfma
- * in its own static library, called only after the engine has confirmed
- * that the CPU has AVX2 and FMA.
+ * The AVX2 peak (the table's fma_chains, for the benchmark): independent
+ * 256-bit FMA chains, reached only through the avx2 table, which the
+ * engine hands out only on a CPU with AVX2 and FMA.
  *
  * 12 chains: an FMA has a latency of 4-5 cycles and two ports issue one
  * each per cycle, so 8-10 chains in flight saturate them; 12 accumulators

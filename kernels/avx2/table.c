@@ -12,17 +12,8 @@ void mk_init_avx2(mk_table *t)
     t->name = "avx2";
     t->block_q = 144;
     t->block_k = 256;
-    t->packed_floats = mk_avx2_packed_floats;
-    t->pack = mk_avx2_pack;
-    t->qk = mk_avx2_qk_6x16;
-    t->softmax_update = mk_avx2_softmax_update;
-    t->pv = mk_avx2_pv_6x16;
-    t->normalize = mk_avx2_normalize;
-    t->decode_qk = mk_avx2_decode_qk;
-    t->decode_pv = mk_avx2_decode_pv;
-    t->widen[MK_F16] = mk_avx2_widen_f16;
-    t->widen[MK_BF16] = mk_avx2_widen_bf16;
-    t->linear = mk_avx2_linear_6x16;
-    t->fma_chains = mk_avx2_fma_chains;
-    t->fma_chains_flops = mk_avx2_fma_chains_flops;
+    MK_SET_PREFILL(t, avx2, 6x16);
+    MK_SET_DECODE(t, avx2);
+    MK_SET_WIDEN(t, avx2);
+    MK_SET_PEAK(t, avx2);
 }

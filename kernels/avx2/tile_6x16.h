@@ -22,31 +22,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tile_flags.h"
+
 #define MK_AVX2_MR 6
 #define MK_AVX2_NR 16
-
-/* The flags of a tile call (compile-time constants at every call). */
-enum {
-    /* init = c_scale[r] * c[r][j] (the P·V rescale). */
-    MK_AVX2_INIT_SCALED = 1,
-    /* init = c[r][j] (a sum continued from an earlier call); with neither
-     * INIT flag, init = 0. */
-    MK_AVX2_INIT_LOAD = 2,
-    /* B rows hold only nr valid columns (V's last columns): masked loads,
-     * so nothing past the matrix is read. */
-    MK_AVX2_B_NARROW = 4,
-    /* C has only nr columns: masked loads and stores. */
-    MK_AVX2_C_NARROW = 8,
-    /* Add bias[j] after the sum. */
-    MK_AVX2_ADD_BIAS = 16,
-    /* Prefetch B rows MK_AVX2_PREFETCH_ROWS ahead: B rows that sit a page
-     * or more apart (V in a [B, S, H, D] tensor) defeat the hardware
-     * prefetchers, which stop at page boundaries. */
-    MK_AVX2_PREFETCH_B = 32,
-    /* Prefetch the C rows of the next tile to the right (the next column
-     * block of a P·V strip), so its INIT load finds them in L1. */
-    MK_AVX2_PREFETCH_C_NEXT = 64,
-};
 
 #ifndef MK_AVX2_PREFETCH_ROWS
 #define MK_AVX2_PREFETCH_ROWS 8
@@ -77,9 +56,9 @@ mk_avx2_tile_6x16(const int mr, const unsigned flags, int64_t k,
 {
     const __m256i mask0 = mk_avx2_lanes_below(nr, 0);
     const __m256i mask1 = mk_avx2_lanes_below(nr, 1);
-    const int b_narrow = (flags & MK_AVX2_B_NARROW) != 0;
-    const int c_narrow = (flags & MK_AVX2_C_NARROW) != 0;
-    if (flags & MK_AVX2_PREFETCH_C_NEXT)
+    const int b_narrow = (flags & MK_TILE_B_NARROW) != 0;
+    const int c_narrow = (flags & MK_TILE_C_NARROW) != 0;
+    if (flags & MK_TILE_PREFETCH_C_NEXT)
         for (int r = 0; r < mr; r++)
             _mm_prefetch((const char *)(c + r * ldc + MK_AVX2_NR),
                          _MM_HINT_T0);
@@ -89,13 +68,13 @@ mk_avx2_tile_6x16(const int mr, const unsigned flags, int64_t k,
 
 #define MK_INIT(r)                                                         \
     __m256 acc##r##0 = _mm256_setzero_ps(), acc##r##1 = acc##r##0;         \
-    if (mr > (r) && (flags & MK_AVX2_INIT_SCALED)) {                       \
+    if (mr > (r) && (flags & MK_TILE_INIT_SCALED)) {                       \
         __m256 sc = _mm256_broadcast_ss(c_scale + (r));                    \
         acc##r##0 = _mm256_mul_ps(sc, MK_LOAD(c + (r) * ldc, mask0,        \
                                               c_narrow));                  \
         acc##r##1 = _mm256_mul_ps(sc, MK_LOAD(c + (r) * ldc + 8, mask1,    \
                                               c_narrow));                  \
-    } else if (mr > (r) && (flags & MK_AVX2_INIT_LOAD)) {                  \
+    } else if (mr > (r) && (flags & MK_TILE_INIT_LOAD)) {                  \
         acc##r##0 = MK_LOAD(c + (r) * ldc, mask0, c_narrow);               \
         acc##r##1 = MK_LOAD(c + (r) * ldc + 8, mask1, c_narrow);           \
     }
@@ -104,12 +83,12 @@ mk_avx2_tile_6x16(const int mr, const unsigned flags, int64_t k,
 
     const float *bp = b;
     /* Unrolled so the loop overhead and the address arithmetic of the
-     * mr row pointers amortise over 4 depth steps (+2-6% on Q·Kᵀ). */
+     * mr row pointers amortise over 4 depth steps. */
 #pragma GCC unroll 4
     for (int64_t p = 0; p < k; p++, bp += ldb) {
         __m256 b0 = MK_LOAD(bp, mask0, b_narrow);
         __m256 b1 = MK_LOAD(bp + 8, mask1, b_narrow);
-        if (flags & MK_AVX2_PREFETCH_B) {
+        if (flags & MK_TILE_PREFETCH_B) {
             _mm_prefetch((const char *)(bp + MK_AVX2_PREFETCH_ROWS * ldb),
                          _MM_HINT_T0);
             _mm_prefetch((const char *)(bp + MK_AVX2_PREFETCH_ROWS * ldb + 15),
@@ -126,13 +105,13 @@ mk_avx2_tile_6x16(const int mr, const unsigned flags, int64_t k,
     }
 
     __m256 bias0 = _mm256_setzero_ps(), bias1 = bias0;
-    if (flags & MK_AVX2_ADD_BIAS) {
+    if (flags & MK_TILE_ADD_BIAS) {
         bias0 = MK_LOAD(bias, mask0, c_narrow);
         bias1 = MK_LOAD(bias + 8, mask1, c_narrow);
     }
 #define MK_STORE(r)                                                        \
     if (mr > (r)) {                                                        \
-        if (flags & MK_AVX2_ADD_BIAS) {                                    \
+        if (flags & MK_TILE_ADD_BIAS) {                                    \
             acc##r##0 = _mm256_add_ps(acc##r##0, bias0);                   \
             acc##r##1 = _mm256_add_ps(acc##r##1, bias1);                   \
         }                                                                  \

@@ -1,21 +1,11 @@
-/* The AVX-512 attention kernels: Q·Kᵀ and P·V on the 12x32 register tile,
- * the fused scale + mask + online softmax step with SLEEF's 16-lane exp,
- * and the final normalisation. Row tails use opmasks (masked-off lanes are
+/* The AVX-512 attention matmuls: Q·Kᵀ and P·V on the 12x32 register tile
+ * (the softmax step is softmax.c). Edges use opmasks (masked-off lanes are
  * neither read nor written). */
 #include <assert.h>
 #include <immintrin.h>
-#include <math.h>
-#include <sleef.h>
-#include <string.h>
 
 #include "avx512.h"
 #include "tile.h"
-
-#if defined(__GNUC__) && !defined(__clang__)
-/* Call SLEEF's exp through the GOT, not a PLT stub: one jump less per 16
- * scores (-4% softmax time at d = 64, GCC; clang has no such attribute). */
-__m512 Sleef_expf16_u10avx512f(__m512) __attribute__((noplt));
-#endif
 
 /* ---- S = Q Kᵀ ------------------------------------------------------- */
 
@@ -29,7 +19,7 @@ qk_strip(const int mr, const float *q, ptrdiff_t ldq, const float *kp,
         mk_avx512_tile(mr, 0, d, q, ldq, kp + j0 * d, MK_AVX512_NR, NULL,
                        NULL, s + j0, lds, MK_AVX512_NR);
     if (j0 < n) /* the panel is zero-padded: only the store narrows */
-        mk_avx512_tile(mr, MK_AVX512_C_NARROW, d, q, ldq, kp + j0 * d,
+        mk_avx512_tile(mr, MK_TILE_C_NARROW, d, q, ldq, kp + j0 * d,
                        MK_AVX512_NR, NULL, NULL, s + j0, lds, n - j0);
 }
 
@@ -39,7 +29,7 @@ qk_strip(const int mr, const float *q, ptrdiff_t ldq, const float *kp,
  * 1 broadcast of q (tile.h). Strips of 12 query rows (the rest in strips
  * of 8, 4, 2, 1 rows) sweep the key panels, reading the query rows in place; the last
  * panel may be partly padding.
- * Preconditions: kp packed by mk_avx512_pack_k for n keys of depth d;
+ * Preconditions: kp packed by mk_avx512_pack for n keys of depth d;
  * ldq >= 0 (0 repeats one query row); lds >= n when m > 1.
  */
 void mk_avx512_qk_12x32(const float *q, ptrdiff_t ldq, int64_t m,
@@ -58,7 +48,8 @@ void mk_avx512_qk_12x32(const float *q, ptrdiff_t ldq, int64_t m,
 /* ---- O = alpha O + P V ---------------------------------------------- */
 
 /* Keys per V panel: 128 keys x 32 columns is 16 KiB of stack, which stays
- * in L1 while every strip of P reads it (256 keys measured no faster). */
+ * in L1 while every strip of P reads it (a larger panel is no faster:
+ * docs/design.md). */
 #ifndef PV_PANEL_KEYS
 #define PV_PANEL_KEYS 128
 #endif
@@ -75,7 +66,7 @@ pv_tile(const int mr, const unsigned flags, const float *p, ptrdiff_t ldp,
         mk_avx512_tile(mr, flags, jn, p, ldp, v, ldv, alpha, NULL, o, ldo,
                        MK_AVX512_NR);
     else
-        mk_avx512_tile(mr, flags | MK_AVX512_C_NARROW, jn, p, ldp, v, ldv,
+        mk_avx512_tile(mr, flags | MK_TILE_C_NARROW, jn, p, ldp, v, ldv,
                        alpha, NULL, o, ldo, nr);
 }
 
@@ -99,14 +90,14 @@ static void pv_in_place(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                         const float *v, ptrdiff_t ldv, int64_t dv,
                         const float *alpha, float *o, ptrdiff_t ldo)
 {
-    enum { FLAGS = MK_AVX512_INIT_SCALED | MK_AVX512_PREFETCH_B };
+    enum { FLAGS = MK_TILE_INIT_SCALED | MK_TILE_PREFETCH_B };
     for (int64_t c0 = 0; c0 < dv; c0 += MK_AVX512_NR) {
         int64_t nr = dv - c0 < MK_AVX512_NR ? dv - c0 : MK_AVX512_NR;
         if (nr == MK_AVX512_NR)
             pv_column(FLAGS, p, ldp, m, n, v + c0, ldv, nr, alpha, o + c0,
                       ldo);
         else
-            pv_column(FLAGS | MK_AVX512_B_NARROW, p, ldp, m, n, v + c0, ldv,
+            pv_column(FLAGS | MK_TILE_B_NARROW, p, ldp, m, n, v + c0, ldv,
                       nr, alpha, o + c0, ldo);
     }
 }
@@ -170,211 +161,11 @@ void mk_avx512_pv_12x32(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
             int64_t jn = n - j0 < PV_PANEL_KEYS ? n - j0 : PV_PANEL_KEYS;
             copy_panel(v + j0 * ldv + c0, ldv, jn, nr, panel);
             if (j0 == 0)
-                pv_column(MK_AVX512_INIT_SCALED, p, ldp, m, jn, panel,
+                pv_column(MK_TILE_INIT_SCALED, p, ldp, m, jn, panel,
                           MK_AVX512_NR, nr, alpha, o + c0, ldo);
             else
-                pv_column(MK_AVX512_INIT_LOAD, p + j0, ldp, m, jn, panel,
+                pv_column(MK_TILE_INIT_LOAD, p + j0, ldp, m, jn, panel,
                           MK_AVX512_NR, nr, alpha, o + c0, ldo);
         }
     }
-}
-
-/* ---- the online softmax step ---------------------------------------- */
-
-/* x = scale * s (+ bias), -inf where keep is 0, in the lanes of `lanes`
- * (the others are not read and come out -inf). */
-static inline __attribute__((always_inline)) __m512
-scaled_masked_16(const float *s, const float *bias, const uint8_t *keep,
-                 __m512 vscale, __mmask16 lanes)
-{
-    __m512 x = _mm512_maskz_loadu_ps(lanes, s);
-    x = bias ? _mm512_fmadd_ps(vscale, x, _mm512_maskz_loadu_ps(lanes, bias))
-             : _mm512_mul_ps(vscale, x);
-    __mmask16 live = lanes;
-    if (keep) {
-        __m128i k8 = _mm_maskz_loadu_epi8(lanes, keep);
-        live &= _mm_test_epi8_mask(k8, k8);
-    }
-    return _mm512_mask_blend_ps(live, _mm512_set1_ps(-INFINITY), x);
-}
-
-/* Pass 1, general: s[j] = x[j] for the visible keys; returns max_j x[j]
- * (NaN ignored: max keeps its second operand, the running max, when the
- * first is NaN). */
-static float scale_mask_row(float *s, int64_t visible, float scale,
-                            const float *bias, const uint8_t *keep)
-{
-    const __m512 vscale = _mm512_set1_ps(scale);
-    __m512 vmax = _mm512_set1_ps(-INFINITY);
-    for (int64_t j = 0; j < visible; j += 16) {
-        __mmask16 lanes = mk_avx512_first(visible - j);
-        __m512 x = scaled_masked_16(s + j, bias ? bias + j : NULL,
-                                    keep ? keep + j : NULL, vscale, lanes);
-        _mm512_mask_storeu_ps(s + j, lanes, x);
-        vmax = _mm512_max_ps(x, vmax);
-    }
-    return _mm512_reduce_max_ps(vmax);
-}
-
-/* Pass 1 without bias or keep: max_j s[j] over the visible keys, NaN
- * ignored, s untouched. Four accumulators hide the latency of max. */
-static float row_max_unscaled(const float *s, int64_t visible)
-{
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __m512 m0 = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
-    int64_t j = 0;
-    for (; j + 64 <= visible; j += 64) {
-        m0 = _mm512_max_ps(_mm512_loadu_ps(s + j), m0);
-        m1 = _mm512_max_ps(_mm512_loadu_ps(s + j + 16), m1);
-        m2 = _mm512_max_ps(_mm512_loadu_ps(s + j + 32), m2);
-        m3 = _mm512_max_ps(_mm512_loadu_ps(s + j + 48), m3);
-    }
-    for (; j < visible; j += 16)
-        m0 = _mm512_max_ps(
-            _mm512_mask_loadu_ps(ninf, mk_avx512_first(visible - j), s + j),
-            m0);
-    return _mm512_reduce_max_ps(
-        _mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
-}
-
-/* Pass 2: s[j] = exp(a * s[j] - b) for j < visible (the product rounded
- * before the subtraction, so a huge score times a small scale stays
- * finite), 0 after; returns the sum of the exps in a fixed order. */
-static float exp_row(float *s, int64_t visible, int64_t n, __m512 a, __m512 b)
-{
-    __m512 sum = _mm512_setzero_ps();
-    int64_t j = 0;
-    for (; j + 16 <= visible; j += 16) {
-        __m512 e = Sleef_expf16_u10avx512f(
-            _mm512_sub_ps(_mm512_mul_ps(a, _mm512_loadu_ps(s + j)), b));
-        _mm512_storeu_ps(s + j, e);
-        sum = _mm512_add_ps(sum, e);
-    }
-    if (j < visible) {
-        __mmask16 lanes = mk_avx512_first(visible - j);
-        __m512 x = _mm512_maskz_loadu_ps(lanes, s + j);
-        __m512 e = _mm512_maskz_mov_ps(
-            lanes, Sleef_expf16_u10avx512f(
-                       _mm512_sub_ps(_mm512_mul_ps(a, x), b)));
-        _mm512_mask_storeu_ps(s + j, lanes, e);
-        sum = _mm512_add_ps(sum, e);
-    }
-    if (visible < n)
-        memset(s + visible, 0, (size_t)(n - visible) * sizeof *s);
-    return _mm512_reduce_add_ps(sum);
-}
-
-/*
- * The fused scale + mask + online softmax step of kernels.h, 16 keys per
- * zmm. Per row, keys past the causal diagonal or the key limit are never
- * loaded (P = 0 there). Pass 1 finds the row maximum of x = scale * s +
- * bias (-inf where keep is 0): without bias or keep and with a finite
- * scale > 0 it is scale * max_j s (rounding is monotonic, so the same
- * float) and s is left alone; otherwise x is written back. Pass 2 writes
- * P = exp(x - max') with Sleef_expf16_u10avx512f (exp(-inf) = 0 exactly)
- * and sums it. The alphas of 16 rows take one vector exp. Rows whose
- * maximum stays -inf get P = 0, alpha = 1, unless a NaN reached every
- * visible score: then max' and the row are NaN.
- * Preconditions: lds >= n when m > 1; mask->keep / bias readable for the
- * visible keys of each row (row stride keep_ld / bias_ld, 0 broadcasts).
- */
-void mk_avx512_softmax_update(float *s, ptrdiff_t lds, int64_t m,
-                                 int64_t n, float scale, const mk_mask *mask,
-                                 float *row_max, float *row_sum, float *alpha)
-{
-    assert(m >= 0 && n >= 0 && mask);
-    assert(m == 0 || (s && row_max && row_sum && alpha));
-    assert(m <= 1 || lds >= n);
-    const int unscaled = !mask->bias && !mask->keep && scale > 0.0f &&
-                         scale < INFINITY;
-    for (int64_t i0 = 0; i0 < m; i0 += 16) {
-        int64_t rows = m - i0 < 16 ? m - i0 : 16;
-        _Alignas(64) float arg[16] = {0}, e[16];
-        float sum[16] = {0};
-        int empty[16] = {0};
-        for (int64_t r = 0; r < rows; r++) {
-            int64_t i = i0 + r;
-            int64_t lo, hi;
-            mk_visible_range(mask, i, n, &lo, &hi);
-            float *whole = s + i * lds, *row = whole + lo;
-            int64_t visible = hi - lo;
-            float bmax;
-            if (unscaled) {
-                bmax = scale * row_max_unscaled(row, visible);
-            } else {
-                const float *bias =
-                    mask->bias ? mask->bias + i * mask->bias_ld + lo : NULL;
-                const uint8_t *keep =
-                    mask->keep ? mask->keep + i * mask->keep_ld + lo : NULL;
-                bmax = scale_mask_row(row, visible, scale, bias, keep);
-            }
-            float mnew = mk_row_next_max(row, visible, bmax, row_max[i]);
-            if (mnew == -INFINITY) {
-                memset(whole, 0, (size_t)n * sizeof *whole);
-                empty[r] = 1;
-                continue;
-            }
-            memset(whole, 0, (size_t)lo * sizeof *whole);
-            sum[r] = exp_row(row, visible, n - lo,
-                             _mm512_set1_ps(unscaled ? scale : 1.0f),
-                             _mm512_set1_ps(mnew));
-            arg[r] = row_max[i] - mnew;
-            row_max[i] = mnew;
-        }
-        _mm512_store_ps(e, Sleef_expf16_u10avx512f(_mm512_load_ps(arg)));
-        for (int64_t r = 0; r < rows; r++) {
-            if (empty[r]) {
-                alpha[i0 + r] = 1.0f;
-                continue;
-            }
-            alpha[i0 + r] = e[r];
-            row_sum[i0 + r] = row_sum[i0 + r] * e[r] + sum[r];
-        }
-    }
-}
-
-/* ---- out = O / l ---------------------------------------------------- */
-
-/*
- * out[i][c] = o[i][c] * (1 / row_sum[i]), or 0 when row_sum[i] == 0
- * (a row with every key masked). 16 columns per zmm, masked tail.
- * Blocks of more than MK_DECODE_ROWS rows (prefill) write whole 64-byte
- * aligned rows with non-temporal stores: the output rows are a page or
- * more apart and not read back by the engine, and reading each line for
- * ownership before overwriting it cost 3% of (1,32,1024,1024,128) (+6%
- * GFLOP/s with streaming stores, one thread). Decode's few rows, which
- * the caller reads next, stay cached. The value is the same either way.
- * Preconditions: ldo >= 0 (0 repeats one row); ldout >= dv when m > 1.
- */
-void mk_avx512_normalize(const float *o, ptrdiff_t ldo, int64_t m,
-                            int64_t dv, const float *row_sum, float *out,
-                            ptrdiff_t ldout)
-{
-    assert(m >= 0 && dv >= 0 && ldo >= 0);
-    assert(m == 0 || (o && row_sum && out));
-    assert(m <= 1 || ldout >= dv);
-    const int stream = m > MK_DECODE_ROWS && dv % 16 == 0;
-    for (int64_t i = 0; i < m; i++) {
-        const float *src = o + i * ldo;
-        float *dst = out + i * ldout;
-        if (row_sum[i] == 0.0f) { /* exact zeros, even if o holds NaN */
-            memset(dst, 0, (size_t)dv * sizeof *dst);
-            continue;
-        }
-        const __m512 inv = _mm512_set1_ps(1.0f / row_sum[i]);
-        if (stream && ((uintptr_t)dst & 63) == 0) {
-            for (int64_t c = 0; c < dv; c += 16)
-                _mm512_stream_ps(dst + c,
-                                 _mm512_mul_ps(_mm512_loadu_ps(src + c), inv));
-            continue;
-        }
-        for (int64_t c = 0; c < dv; c += 16) {
-            __mmask16 lanes = mk_avx512_first(dv - c);
-            _mm512_mask_storeu_ps(
-                dst + c, lanes,
-                _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, src + c), inv));
-        }
-    }
-    if (stream) /* streamed rows are visible before anything after us */
-        _mm_sfence();
 }

@@ -28,11 +28,11 @@ linear_strip(const int mr, const float *a, ptrdiff_t lda, const float *wp,
         int64_t nr = j1 - j < MK_AVX512_NR ? j1 - j : MK_AVX512_NR;
         unsigned narrow = nr < MK_AVX512_NR;
         if (bias && narrow)
-            LINEAR_TILE(MK_AVX512_ADD_BIAS | MK_AVX512_C_NARROW);
+            LINEAR_TILE(MK_TILE_ADD_BIAS | MK_TILE_C_NARROW);
         else if (bias)
-            LINEAR_TILE(MK_AVX512_ADD_BIAS);
+            LINEAR_TILE(MK_TILE_ADD_BIAS);
         else if (narrow)
-            LINEAR_TILE(MK_AVX512_C_NARROW);
+            LINEAR_TILE(MK_TILE_C_NARROW);
         else
             LINEAR_TILE(0);
     }
@@ -46,7 +46,7 @@ linear_strip(const int mr, const float *a, ptrdiff_t lda, const float *wp,
  * after the sum. Columns go in blocks of LINEAR_NC, each swept by every
  * 12-row strip of a (the rest in strips of 8, 4, 2, 1 rows; the last panel
  * narrowed).
- * Preconditions: wp packed by mk_avx512_pack_w for n x k; lda >= 0 (0
+ * Preconditions: wp packed by mk_avx512_pack (ldx = k) for n x k; lda >= 0 (0
  * repeats one row); ldc >= n when m > 1.
  */
 void mk_avx512_linear_12x32(const float *a, ptrdiff_t lda, int64_t m,

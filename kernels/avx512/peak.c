@@ -1,7 +1,7 @@
 /*
- * The AVX-512 peak: independent 512-bit FMA chains. Compiled with
- * -mavx512f -mfma in its own static library, called only after the engine
- * has confirmed that the CPU runs the avx512 table.
+ * The AVX-512 peak (the table's fma_chains, for the benchmark):
+ * independent 512-bit FMA chains, reached only through the avx512 table,
+ * which the engine hands out only on a CPU that runs it.
  *
  * 16 chains: an FMA has a latency of 4 cycles and two ports issue one
  * 512-bit FMA each per cycle on the cores with two FMA units, so 8 chains

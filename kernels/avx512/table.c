@@ -3,7 +3,7 @@
  * memory-bound kernels gain nothing from wider registers. block_q is a
  * multiple of the 12-row tile and block_k of the 32-key panel; 144 x 256
  * keeps the avx2 table's causal behaviour and a 144 KiB score tile in L2
- * (other sizes measured alike: docs/design.md). */
+ * (other sizes ran alike: docs/design.md). */
 #include "avx512.h"
 #include "tile.h"
 
@@ -22,15 +22,7 @@ void mk_init_avx512(mk_table *t)
     t->name = "avx512";
     t->block_q = MK_AVX512_BLOCK_Q;
     t->block_k = MK_AVX512_BLOCK_K;
-    t->packed_floats = mk_avx512_packed_floats;
-    t->pack = mk_avx512_pack;
-    t->qk = mk_avx512_qk_12x32;
-    t->softmax_update = mk_avx512_softmax_update;
-    t->pv = mk_avx512_pv_12x32;
-    t->normalize = mk_avx512_normalize;
-    t->widen[MK_F16] = mk_avx512_widen_f16;
-    t->widen[MK_BF16] = mk_avx512_widen_bf16;
-    t->linear = mk_avx512_linear_12x32;
-    t->fma_chains = mk_avx512_fma_chains;
-    t->fma_chains_flops = mk_avx512_fma_chains_flops;
+    MK_SET_PREFILL(t, avx512, 12x32);
+    MK_SET_WIDEN(t, avx512);
+    MK_SET_PEAK(t, avx512);
 }

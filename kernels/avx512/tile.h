@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tile_flags.h"
+
 #ifndef MK_AVX512_MR
 #define MK_AVX512_MR 12
 #endif
@@ -31,27 +33,6 @@
 _Static_assert(MK_AVX512_MR >= 8 && MK_AVX512_MR <= MK_AVX512_MR_MAX &&
                    MK_AVX512_MR <= 15,
                "MK_AVX512_STRIPS covers a remainder of at most 15 rows");
-
-/* The flags of a tile call (compile-time constants at every call). */
-enum {
-    /* init = c_scale[r] * c[r][j] (the P·V rescale). */
-    MK_AVX512_INIT_SCALED = 1,
-    /* init = c[r][j] (a sum continued from an earlier call); with neither
-     * INIT flag, init = 0. */
-    MK_AVX512_INIT_LOAD = 2,
-    /* B rows hold only nr valid columns (V's last columns): masked loads,
-     * so nothing past the matrix is read. */
-    MK_AVX512_B_NARROW = 4,
-    /* C has only nr columns: masked loads and stores. */
-    MK_AVX512_C_NARROW = 8,
-    /* Add bias[j] after the sum (masked like C). */
-    MK_AVX512_ADD_BIAS = 16,
-    /* Prefetch B rows MK_AVX512_PREFETCH_ROWS ahead (rows a page apart
-     * defeat the hardware prefetchers). */
-    MK_AVX512_PREFETCH_B = 32,
-    /* Prefetch the C rows of the next tile to the right. */
-    MK_AVX512_PREFETCH_C_NEXT = 64,
-};
 
 #ifndef MK_AVX512_PREFETCH_ROWS
 #define MK_AVX512_PREFETCH_ROWS 8
@@ -96,11 +77,11 @@ mk_avx512_tile(const int mr, const unsigned flags, int64_t k, const float *a,
                ptrdiff_t ldc, int64_t nr)
 {
     const __mmask16 lo = mk_avx512_first(nr), hi = mk_avx512_first(nr - 16);
-    const int b_narrow = (flags & MK_AVX512_B_NARROW) != 0;
-    const int c_narrow = (flags & MK_AVX512_C_NARROW) != 0;
+    const int b_narrow = (flags & MK_TILE_B_NARROW) != 0;
+    const int c_narrow = (flags & MK_TILE_C_NARROW) != 0;
     __m512 acc[MK_AVX512_MR_MAX][2];
 
-    if (flags & MK_AVX512_PREFETCH_C_NEXT)
+    if (flags & MK_TILE_PREFETCH_C_NEXT)
         for (int r = 0; r < mr; r++) {
             _mm_prefetch((const char *)(c + r * ldc + MK_AVX512_NR),
                          _MM_HINT_T0);
@@ -110,10 +91,10 @@ mk_avx512_tile(const int mr, const unsigned flags, int64_t k, const float *a,
 #pragma GCC unroll 16
     for (int r = 0; r < mr; r++) {
         const float *cr = c + r * ldc;
-        if (flags & (MK_AVX512_INIT_SCALED | MK_AVX512_INIT_LOAD)) {
+        if (flags & (MK_TILE_INIT_SCALED | MK_TILE_INIT_LOAD)) {
             acc[r][0] = mk_avx512_load(cr, lo, c_narrow);
             acc[r][1] = mk_avx512_load(cr + 16, hi, c_narrow);
-            if (flags & MK_AVX512_INIT_SCALED) {
+            if (flags & MK_TILE_INIT_SCALED) {
                 __m512 sc = _mm512_set1_ps(c_scale[r]);
                 acc[r][0] = _mm512_mul_ps(sc, acc[r][0]);
                 acc[r][1] = _mm512_mul_ps(sc, acc[r][1]);
@@ -130,7 +111,7 @@ mk_avx512_tile(const int mr, const unsigned flags, int64_t k, const float *a,
     for (int64_t p = 0; p < k; p++, bp += ldb) {
         __m512 b0 = mk_avx512_load(bp, lo, b_narrow);
         __m512 b1 = mk_avx512_load(bp + 16, hi, b_narrow);
-        if (flags & MK_AVX512_PREFETCH_B) {
+        if (flags & MK_TILE_PREFETCH_B) {
             const char *ahead = (const char *)(bp + MK_AVX512_PREFETCH_ROWS * ldb);
             _mm_prefetch(ahead, _MM_HINT_T0);
             _mm_prefetch(ahead + 64, _MM_HINT_T0);
@@ -145,13 +126,13 @@ mk_avx512_tile(const int mr, const unsigned flags, int64_t k, const float *a,
     }
 
     __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;
-    if (flags & MK_AVX512_ADD_BIAS) {
+    if (flags & MK_TILE_ADD_BIAS) {
         bias0 = mk_avx512_load(bias, lo, c_narrow);
         bias1 = mk_avx512_load(bias + 16, hi, c_narrow);
     }
 #pragma GCC unroll 16
     for (int r = 0; r < mr; r++) {
-        if (flags & MK_AVX512_ADD_BIAS) {
+        if (flags & MK_TILE_ADD_BIAS) {
             acc[r][0] = _mm512_add_ps(acc[r][0], bias0);
             acc[r][1] = _mm512_add_ps(acc[r][1], bias1);
         }

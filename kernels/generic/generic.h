@@ -1,21 +1,15 @@
-/* The generic kernels: the instances table.c puts in the generic table
- * (their types are declared once in kernels.h). */
+/* The generic kernels: the instances table.c puts in the generic table.
+ * pack (gemm.c) lays the transpose of x out as panels of MK_GENERIC_NR
+ * columns (gemm.h). */
 #ifndef MK_GENERIC_H
 #define MK_GENERIC_H
 
-#include "kernels.h"
+#include "table_init.h"
 
-mk_packed_floats_fn mk_generic_packed_floats; /* gemm.c */
-mk_pack_fn mk_generic_pack;                   /* gemm.c */
-mk_qk_fn mk_generic_qk;
-mk_softmax_update_fn mk_generic_softmax_update;
-mk_pv_fn mk_generic_pv;
-mk_normalize_fn mk_generic_normalize;
-mk_decode_qk_fn mk_generic_decode_qk;
-mk_decode_pv_fn mk_generic_decode_pv;
-mk_widen_fn mk_generic_widen_f32, mk_generic_widen_f16, mk_generic_widen_bf16;
-mk_linear_fn mk_generic_linear;
-mk_fma_chains_fn mk_generic_fma_chains;
-extern const double mk_generic_fma_chains_flops;
+MK_DECLARE_PREFILL(generic, 4x16);
+MK_DECLARE_DECODE(generic);
+MK_DECLARE_WIDEN(generic);
+mk_widen_fn mk_generic_widen_f32;
+MK_DECLARE_PEAK(generic);
 
 #endif

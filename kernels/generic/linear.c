@@ -6,7 +6,7 @@
 #include "generic.h"
 #include "kernels.h"
 
-void mk_generic_linear(const float *a, ptrdiff_t lda, int64_t m,
+void mk_generic_linear_4x16(const float *a, ptrdiff_t lda, int64_t m,
                        const float *wp, int64_t n, int64_t k,
                        const float *bias, float *c, ptrdiff_t ldc)
 {

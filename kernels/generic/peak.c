@@ -1,5 +1,6 @@
 /*
- * The peak of the generic build: independent multiply-then-add chains on the
+ * The generic peak (the table's fma_chains, for the benchmark): independent
+ * multiply-then-add chains on the
  * widest vector every CPU of the architecture has (128 bits: SSE2 on x86-64,
  * Advanced SIMD on AArch64). The generic kernels are compiled without ISA
  * flags and with -ffp-contract=off, so this multiply plus add, not an FMA,

@@ -1,5 +1,6 @@
 /*
- * The NEON peak: independent 128-bit FMA chains (Advanced SIMD is baseline
+ * The NEON peak (the table's fma_chains, for the benchmark): independent
+ * 128-bit FMA chains (Advanced SIMD is baseline
  * on AArch64: no flags). 16 chains cover a 4-cycle FMA latency on up to four
  * pipes; 16 accumulators and 2 constants use 18 of the 32 registers.
  */

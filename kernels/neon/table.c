@@ -10,17 +10,8 @@ void mk_init_neon(mk_table *t)
     t->name = "neon";
     t->block_q = 32;
     t->block_k = 64;
-    t->packed_floats = mk_neon_packed_floats;
-    t->pack = mk_neon_pack;
-    t->qk = mk_neon_qk_8x8;
-    t->softmax_update = mk_neon_softmax_update;
-    t->pv = mk_neon_pv_8x8;
-    t->normalize = mk_neon_normalize;
-    t->decode_qk = mk_neon_decode_qk;
-    t->decode_pv = mk_neon_decode_pv;
-    t->widen[MK_F16] = mk_neon_widen_f16;
-    t->widen[MK_BF16] = mk_neon_widen_bf16;
-    t->linear = mk_neon_linear_8x8;
-    t->fma_chains = mk_neon_fma_chains;
-    t->fma_chains_flops = mk_neon_fma_chains_flops;
+    MK_SET_PREFILL(t, neon, 8x8);
+    MK_SET_DECODE(t, neon);
+    MK_SET_WIDEN(t, neon);
+    MK_SET_PEAK(t, neon);
 }

@@ -1,0 +1,64 @@
+/* The online-softmax step and the normalisation on AVX-512: the driver of
+ * softmax_driver.h over 16-lane zmm primitives. Full vectors go without
+ * opmasks; only a row's tail is masked (masked-off lanes are neither read
+ * nor written). exp from SLEEF (Sleef_expf16_u10avx512f, 1.0 ULP). */
+#include <immintrin.h>
+#include <sleef.h>
+
+#include "avx512.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+/* Call SLEEF's exp through the GOT, not a PLT stub: one jump less per 16
+ * scores (GCC only; clang has no such attribute). */
+__m512 Sleef_expf16_u10avx512f(__m512) __attribute__((noplt));
+#endif
+
+#define MK_V __m512
+#define MK_VM __mmask16
+#define MK_W 16
+/* The sum of P rides in the exp pass, as the AVX-512 kernel summed it
+ * before the driver was shared (avx2 sums in a third pass). */
+#define MK_SM_FUSED_SUM 1
+#define MK_V_STREAM 1
+#define MK_INLINE static inline __attribute__((always_inline))
+
+MK_INLINE MK_VM mk_v_lanes(int64_t n)
+{
+    return n >= 16 ? (__mmask16)0xFFFF
+           : n <= 0 ? (__mmask16)0
+                    : (__mmask16)((1u << n) - 1u);
+}
+#define mk_v_set1 _mm512_set1_ps
+#define mk_v_load _mm512_loadu_ps
+#define mk_v_store _mm512_storeu_ps
+MK_INLINE MK_V mk_v_load_n(const float *p, int64_t n)
+{
+    return _mm512_maskz_loadu_ps(mk_v_lanes(n), p);
+}
+MK_INLINE void mk_v_store_n(float *p, int64_t n, MK_V x)
+{
+    _mm512_mask_storeu_ps(p, mk_v_lanes(n), x);
+}
+MK_INLINE MK_VM mk_v_keep(const uint8_t *keep, int64_t n)
+{
+    __m128i k8 = _mm_maskz_loadu_epi8(mk_v_lanes(n), keep);
+    return _mm_test_epi8_mask(k8, k8);
+}
+MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y)
+{
+    return _mm512_mask_blend_ps(m, y, x);
+}
+#define mk_v_add _mm512_add_ps
+#define mk_v_sub _mm512_sub_ps
+#define mk_v_mul _mm512_mul_ps
+#define mk_v_fma _mm512_fmadd_ps
+/* VMAXPS returns its second operand when either is NaN. */
+#define mk_v_max _mm512_max_ps
+#define mk_v_exp Sleef_expf16_u10avx512f
+#define mk_v_hmax _mm512_reduce_max_ps
+#define mk_v_hsum _mm512_reduce_add_ps
+#define mk_v_stream _mm512_stream_ps
+#define mk_v_stream_fence _mm_sfence
+
+#define MK_ISA avx512
+#include "softmax_driver.h"

@@ -1,0 +1,57 @@
+/* The online-softmax step and the normalisation on NEON: the driver of
+ * softmax_driver.h over 4-lane primitives, exp from SLEEF
+ * (Sleef_expf4_u10advsimd, 1.0 ULP). NEON has no masked loads: a tail
+ * goes through a zero-padded copy, so nothing past the row is touched. */
+#include <arm_neon.h>
+#include <sleef.h>
+#include <string.h>
+
+#include "neon.h"
+
+#define MK_V float32x4_t
+#define MK_VM uint32x4_t
+#define MK_W 4
+/* As the NEON kernel summed before the driver was shared. */
+#define MK_SM_FUSED_SUM 1
+#define MK_INLINE static inline __attribute__((always_inline))
+
+MK_INLINE MK_VM mk_v_lanes(int64_t n)
+{
+    const uint32_t iota[4] = {0, 1, 2, 3};
+    return vcltq_u32(vld1q_u32(iota), vdupq_n_u32((uint32_t)n));
+}
+MK_INLINE MK_V mk_v_set1(float f) { return vdupq_n_f32(f); }
+MK_INLINE MK_V mk_v_load(const float *p) { return vld1q_f32(p); }
+MK_INLINE void mk_v_store(float *p, MK_V x) { vst1q_f32(p, x); }
+MK_INLINE MK_V mk_v_load_n(const float *p, int64_t n)
+{
+    float buf[4] = {0};
+    memcpy(buf, p, (size_t)n * sizeof *buf);
+    return vld1q_f32(buf);
+}
+MK_INLINE void mk_v_store_n(float *p, int64_t n, MK_V x)
+{
+    float buf[4];
+    vst1q_f32(buf, x);
+    memcpy(p, buf, (size_t)n * sizeof *buf);
+}
+MK_INLINE MK_VM mk_v_keep(const uint8_t *keep, int64_t n)
+{
+    uint8_t bytes[8] = {0};
+    memcpy(bytes, keep, (size_t)n);
+    uint16x8_t wide = vmovl_u8(vld1_u8(bytes));
+    return vmvnq_u32(vceqzq_u32(vmovl_u16(vget_low_u16(wide))));
+}
+MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y) { return vbslq_f32(m, x, y); }
+MK_INLINE MK_V mk_v_add(MK_V x, MK_V y) { return vaddq_f32(x, y); }
+MK_INLINE MK_V mk_v_sub(MK_V x, MK_V y) { return vsubq_f32(x, y); }
+MK_INLINE MK_V mk_v_mul(MK_V x, MK_V y) { return vmulq_f32(x, y); }
+MK_INLINE MK_V mk_v_fma(MK_V a, MK_V b, MK_V c) { return vfmaq_f32(c, a, b); }
+/* FMAXNM returns the number when one operand is NaN. */
+MK_INLINE MK_V mk_v_max(MK_V x, MK_V acc) { return vmaxnmq_f32(x, acc); }
+MK_INLINE MK_V mk_v_exp(MK_V x) { return Sleef_expf4_u10advsimd(x); }
+MK_INLINE float mk_v_hmax(MK_V x) { return vmaxnmvq_f32(x); }
+MK_INLINE float mk_v_hsum(MK_V x) { return vaddvq_f32(x); }
+
+#define MK_ISA neon
+#include "softmax_driver.h"

@@ -1,0 +1,308 @@
+/*
+ * The online-softmax step and the final normalisation, written once over a
+ * small set of vector primitives (as ggml keeps its SIMD mappings in one
+ * header and PyTorch writes its flash-attention reductions once over
+ * Vectorized<T>). Each ISA's softmax.c defines the primitives below, then
+ * MK_ISA (its name, a bare token), then includes this header, which defines
+ * mk_<isa>_softmax_update and mk_<isa>_normalize (the types of kernels.h).
+ *
+ * Primitives (static inline functions, or macros naming an intrinsic; n
+ * counts lanes, 0 < n < MK_W for the _n forms, which read and write
+ * nothing past lane n - 1):
+ *   MK_V, MK_VM              the vector and lane-mask types
+ *   MK_W                     lanes per vector
+ *   mk_v_set1(f)             every lane f
+ *   mk_v_load(p), mk_v_store(p, x)
+ *   mk_v_load_n(p, n)        lanes >= n are 0
+ *   mk_v_store_n(p, n, x)
+ *   mk_v_lanes(n)            the mask of lanes < n
+ *   mk_v_keep(keep, n)       the mask of lanes j < n with keep[j] != 0
+ *                            (reads n bytes, n <= MK_W)
+ *   mk_v_sel(m, x, y)        x in the lanes of m, y elsewhere
+ *   mk_v_add, mk_v_sub, mk_v_mul(x, y)
+ *   mk_v_fma(a, b, c)        a * b + c
+ *   mk_v_max(x, acc)         lane-wise max, acc where x is NaN
+ *   mk_v_exp(x)              exp for x <= 0, -inf and NaN (exp(-inf) = 0)
+ *   mk_v_hmax(x), mk_v_hsum(x)  lanes reduced in a fixed order
+ * Optional hooks:
+ *   MK_SM_FUSED_SUM          1: the exp pass also sums P (an accumulator
+ *                            lives across the exp); 0 (default): a third
+ *                            pass sums P, so nothing lives across a call
+ *                            to an out-of-line exp (every vector register
+ *                            is caller-saved).
+ *   MK_V_STREAM              1: mk_v_stream(p, x) (a 64-byte aligned
+ *                            non-temporal store) and mk_v_stream_fence()
+ *                            exist, and normalize streams blocks of more
+ *                            than MK_DECODE_ROWS rows (docs/design.md).
+ *
+ * Determinism: every lane of a tail takes the same operations as a lane of
+ * a full vector, and every reduction runs in an order fixed by the row's
+ * visible range alone.
+ */
+#ifndef MK_ISA
+#error "define MK_ISA and the primitives before including softmax_driver.h"
+#endif
+
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#define MK_SM_CAT_(a, b, c) a##b##c
+#define MK_SM_CAT(a, b, c) MK_SM_CAT_(a, b, c)
+#define MK_SM_FN(op) MK_SM_CAT(mk_, MK_ISA, _##op)
+
+#ifndef MK_SM_FUSED_SUM
+#define MK_SM_FUSED_SUM 0
+#endif
+#ifndef MK_V_STREAM
+#define MK_V_STREAM 0
+#endif
+
+#define MK_SM_INLINE static inline __attribute__((always_inline))
+
+/* x = scale * s (+ bias), -inf where keep is 0 and in lanes >= cnt, for a
+ * chunk of cnt keys (cnt == MK_W or a tail). Lanes >= cnt are not read. */
+MK_SM_INLINE MK_V sm_scaled(const float *s, const float *bias,
+                            const uint8_t *keep, MK_V vscale, int64_t cnt)
+{
+    const MK_V ninf = mk_v_set1(-INFINITY);
+    const int full = cnt == MK_W;
+    MK_V x = full ? mk_v_load(s) : mk_v_load_n(s, cnt);
+    if (bias)
+        x = mk_v_fma(vscale, x, full ? mk_v_load(bias)
+                                     : mk_v_load_n(bias, cnt));
+    else
+        x = mk_v_mul(vscale, x);
+    if (keep)
+        return mk_v_sel(mk_v_keep(keep, cnt), x, ninf);
+    return full ? x : mk_v_sel(mk_v_lanes(cnt), x, ninf);
+}
+
+/* Pass 1, general: s[j] = x[j] for j < n; returns max_j x[j], NaN
+ * ignored. */
+static float sm_scale_mask(float *s, int64_t n, float scale,
+                           const float *bias, const uint8_t *keep)
+{
+    const MK_V vscale = mk_v_set1(scale);
+    MK_V vmax = mk_v_set1(-INFINITY);
+    int64_t j = 0;
+    for (; j + MK_W <= n; j += MK_W) {
+        MK_V x = sm_scaled(s + j, bias ? bias + j : NULL,
+                           keep ? keep + j : NULL, vscale, MK_W);
+        mk_v_store(s + j, x);
+        vmax = mk_v_max(x, vmax);
+    }
+    if (j < n) {
+        MK_V x = sm_scaled(s + j, bias ? bias + j : NULL,
+                           keep ? keep + j : NULL, vscale, n - j);
+        mk_v_store_n(s + j, n - j, x);
+        vmax = mk_v_max(x, vmax);
+    }
+    return mk_v_hmax(vmax);
+}
+
+/* Pass 1 without bias or keep: max_j s[j] for j < n, NaN ignored, s
+ * untouched. Four accumulators hide the latency of max. */
+static float sm_max(const float *s, int64_t n)
+{
+    const MK_V ninf = mk_v_set1(-INFINITY);
+    MK_V m0 = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
+    int64_t j = 0;
+    for (; j + 4 * MK_W <= n; j += 4 * MK_W) {
+        m0 = mk_v_max(mk_v_load(s + j), m0);
+        m1 = mk_v_max(mk_v_load(s + j + MK_W), m1);
+        m2 = mk_v_max(mk_v_load(s + j + 2 * MK_W), m2);
+        m3 = mk_v_max(mk_v_load(s + j + 3 * MK_W), m3);
+    }
+    for (; j + MK_W <= n; j += MK_W)
+        m0 = mk_v_max(mk_v_load(s + j), m0);
+    if (j < n)
+        m0 = mk_v_max(mk_v_sel(mk_v_lanes(n - j), mk_v_load_n(s + j, n - j),
+                               ninf),
+                      m0);
+    return mk_v_hmax(mk_v_max(mk_v_max(m0, m1), mk_v_max(m2, m3)));
+}
+
+#if !MK_SM_FUSED_SUM
+/* Pass 3: sum_j s[j] for j < n in a fixed order (4 accumulators). */
+static float sm_sum(const float *s, int64_t n)
+{
+    MK_V a0 = mk_v_set1(0.0f), a1 = a0, a2 = a0, a3 = a0;
+    int64_t j = 0;
+    for (; j + 4 * MK_W <= n; j += 4 * MK_W) {
+        a0 = mk_v_add(a0, mk_v_load(s + j));
+        a1 = mk_v_add(a1, mk_v_load(s + j + MK_W));
+        a2 = mk_v_add(a2, mk_v_load(s + j + 2 * MK_W));
+        a3 = mk_v_add(a3, mk_v_load(s + j + 3 * MK_W));
+    }
+    for (; j + MK_W <= n; j += MK_W)
+        a0 = mk_v_add(a0, mk_v_load(s + j));
+    if (j < n)
+        a0 = mk_v_add(a0, mk_v_load_n(s + j, n - j));
+    return mk_v_hsum(mk_v_add(mk_v_add(a0, a1), mk_v_add(a2, a3)));
+}
+#endif
+
+/* Pass 2: s[j] = exp(a * s[j] - b) for j < n (the product rounded before
+ * the subtraction, so a huge score times a small scale stays finite).
+ * Returns sum_j s[j]: summed here with MK_SM_FUSED_SUM, else by sm_sum. */
+static float sm_exp(float *s, int64_t n, MK_V a, MK_V b)
+{
+#if MK_SM_FUSED_SUM
+    MK_V sum = mk_v_set1(0.0f);
+#endif
+    int64_t j = 0;
+    for (; j + MK_W <= n; j += MK_W) {
+        MK_V e = mk_v_exp(mk_v_sub(mk_v_mul(a, mk_v_load(s + j)), b));
+        mk_v_store(s + j, e);
+#if MK_SM_FUSED_SUM
+        sum = mk_v_add(sum, e);
+#endif
+    }
+    if (j < n) {
+        MK_V e = mk_v_exp(mk_v_sub(mk_v_mul(a, mk_v_load_n(s + j, n - j)), b));
+        mk_v_store_n(s + j, n - j, e);
+#if MK_SM_FUSED_SUM
+        sum = mk_v_add(sum, mk_v_sel(mk_v_lanes(n - j), e, mk_v_set1(0.0f)));
+#endif
+    }
+#if MK_SM_FUSED_SUM
+    return mk_v_hsum(sum);
+#else
+    return sm_sum(s, n);
+#endif
+}
+
+/* One row of the step: scale and mask the visible columns [lo, hi), P =
+ * exp(x - max') there and 0 elsewhere. Returns 0 for a row still empty
+ * (P = 0), else 1 with *mnew = max' and *psum = sum_j P. */
+MK_SM_INLINE int sm_row(float *row, int64_t n, int64_t lo, int64_t hi,
+                        float scale, int unscaled, const float *bias,
+                        const uint8_t *keep, float old_max, float *mnew,
+                        float *psum)
+{
+    float *vis = row + lo;
+    const int64_t count = hi - lo;
+    float bmax = unscaled ? scale * sm_max(vis, count)
+                          : sm_scale_mask(vis, count, scale, bias, keep);
+    float mx = mk_row_next_max(vis, count, bmax, old_max);
+    if (mx == -INFINITY) {
+        memset(row, 0, (size_t)n * sizeof *row);
+        return 0;
+    }
+    memset(row, 0, (size_t)lo * sizeof *row);
+    memset(row + hi, 0, (size_t)(n - hi) * sizeof *row);
+    *psum = sm_exp(vis, count, mk_v_set1(unscaled ? scale : 1.0f),
+                   mk_v_set1(mx));
+    *mnew = mx;
+    return 1;
+}
+
+/*
+ * The fused scale + mask + online softmax step of kernels.h. Per row, the
+ * keys outside the visible range [lo, hi) of mk_visible_range are never
+ * read (P = 0 there). Pass 1 finds the row maximum of x = scale * s + bias
+ * (-inf where keep is 0): without bias or keep and with a finite scale > 0
+ * it is scale * max_j s (rounding is monotonic, so the same float) and s
+ * is left alone, the scale folded into the exp argument; otherwise x is
+ * written back. Pass 2 writes P = exp(x - max') and sums it. The alphas of
+ * MK_W rows take one vector exp. Rows whose maximum stays -inf get P = 0,
+ * alpha = 1, unless a NaN reached every visible score (mk_row_next_max).
+ * Preconditions: lds >= n when m > 1; mask->keep / bias readable for the
+ * visible keys of each row (row stride keep_ld / bias_ld, 0 broadcasts).
+ */
+void MK_SM_FN(softmax_update)(float *s, ptrdiff_t lds, int64_t m, int64_t n,
+                              float scale, const mk_mask *mask,
+                              float *row_max, float *row_sum, float *alpha)
+{
+    assert(m >= 0 && n >= 0 && mask);
+    assert(m == 0 || (s && row_max && row_sum && alpha));
+    assert(m <= 1 || lds >= n);
+    const int unscaled = !mask->bias && !mask->keep && scale > 0.0f &&
+                         scale < INFINITY;
+    for (int64_t i0 = 0; i0 < m; i0 += MK_W) {
+        const int64_t rows = m - i0 < MK_W ? m - i0 : MK_W;
+        float arg[MK_W], sum[MK_W], e[MK_W];
+        int live[MK_W];
+        for (int64_t r = 0; r < MK_W; r++)
+            arg[r] = 0.0f, sum[r] = 0.0f, live[r] = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t i = i0 + r;
+            int64_t lo, hi;
+            mk_visible_range(mask, i, n, &lo, &hi);
+            const float *bias =
+                mask->bias ? mask->bias + i * mask->bias_ld + lo : NULL;
+            const uint8_t *keep =
+                mask->keep ? mask->keep + i * mask->keep_ld + lo : NULL;
+            float mnew = 0.0f;
+            live[r] = sm_row(s + i * lds, n, lo, hi, scale, unscaled, bias,
+                             keep, row_max[i], &mnew, &sum[r]);
+            if (live[r]) {
+                arg[r] = row_max[i] - mnew;
+                row_max[i] = mnew;
+            }
+        }
+        mk_v_store(e, mk_v_exp(mk_v_load(arg)));
+        for (int64_t r = 0; r < rows; r++) {
+            alpha[i0 + r] = live[r] ? e[r] : 1.0f;
+            if (live[r])
+                row_sum[i0 + r] = row_sum[i0 + r] * e[r] + sum[r];
+        }
+    }
+}
+
+/*
+ * out[i][c] = o[i][c] * (1 / row_sum[i]), or 0 when row_sum[i] == 0 (a
+ * row with every key masked: exact zeros even if o holds NaN). MK_W
+ * columns per vector, the tail through the _n primitives. With MK_V_STREAM,
+ * blocks of more than MK_DECODE_ROWS rows (prefill) write whole 64-byte
+ * aligned rows with non-temporal stores: the output rows are a page or more
+ * apart and the engine does not read them back, so reading each line for
+ * ownership first is wasted (docs/design.md). Decode's few rows, which the
+ * caller reads next, stay cached. The value is the same either way.
+ * Preconditions: ldo >= 0 (0 repeats one row); ldout >= dv when m > 1.
+ */
+void MK_SM_FN(normalize)(const float *o, ptrdiff_t ldo, int64_t m,
+                         int64_t dv, const float *row_sum, float *out,
+                         ptrdiff_t ldout)
+{
+    assert(m >= 0 && dv >= 0 && ldo >= 0);
+    assert(m == 0 || (o && row_sum && out));
+    assert(m <= 1 || ldout >= dv);
+#if MK_V_STREAM
+    const int stream = m > MK_DECODE_ROWS && dv % MK_W == 0;
+#endif
+    for (int64_t i = 0; i < m; i++) {
+        const float *src = o + i * ldo;
+        float *dst = out + i * ldout;
+        if (row_sum[i] == 0.0f) {
+            memset(dst, 0, (size_t)dv * sizeof *dst);
+            continue;
+        }
+        const MK_V inv = mk_v_set1(1.0f / row_sum[i]);
+#if MK_V_STREAM
+        if (stream && ((uintptr_t)dst & 63) == 0) {
+            for (int64_t c = 0; c < dv; c += MK_W)
+                mk_v_stream(dst + c, mk_v_mul(mk_v_load(src + c), inv));
+            continue;
+        }
+#endif
+        int64_t c = 0;
+        for (; c + MK_W <= dv; c += MK_W)
+            mk_v_store(dst + c, mk_v_mul(mk_v_load(src + c), inv));
+        if (c < dv)
+            mk_v_store_n(dst + c, dv - c,
+                         mk_v_mul(mk_v_load_n(src + c, dv - c), inv));
+    }
+#if MK_V_STREAM
+    if (stream) /* streamed rows are visible before anything after us */
+        mk_v_stream_fence();
+#endif
+}
+
+#undef MK_SM_INLINE
+#undef MK_SM_FN
+#undef MK_SM_CAT
+#undef MK_SM_CAT_

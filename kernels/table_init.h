@@ -1,0 +1,48 @@
+/* The naming rule mk_<isa>_<op>[_<tile>] put to work: an ISA header
+ * declares its instances and its table.c sets them by slot group, each
+ * group one macro, so no table or header spells the slots out again. */
+#ifndef MK_TABLE_INIT_H
+#define MK_TABLE_INIT_H
+
+#include "kernels.h"
+
+/* The prefill kernels (pack, qk, softmax, pv, normalize, linear) of an ISA
+ * whose matmuls run on one register tile (a token such as 6x16). */
+#define MK_DECLARE_PREFILL(isa, tile)                          \
+    mk_packed_floats_fn mk_##isa##_packed_floats;              \
+    mk_pack_fn mk_##isa##_pack;                                \
+    mk_qk_fn mk_##isa##_qk_##tile;                             \
+    mk_softmax_update_fn mk_##isa##_softmax_update;            \
+    mk_pv_fn mk_##isa##_pv_##tile;                             \
+    mk_normalize_fn mk_##isa##_normalize;                      \
+    mk_linear_fn mk_##isa##_linear_##tile
+#define MK_SET_PREFILL(t, isa, tile)                           \
+    ((t)->packed_floats = mk_##isa##_packed_floats,            \
+     (t)->pack = mk_##isa##_pack, (t)->qk = mk_##isa##_qk_##tile, \
+     (t)->softmax_update = mk_##isa##_softmax_update,          \
+     (t)->pv = mk_##isa##_pv_##tile,                           \
+     (t)->normalize = mk_##isa##_normalize,                    \
+     (t)->linear = mk_##isa##_linear_##tile)
+
+#define MK_DECLARE_DECODE(isa)                                 \
+    mk_decode_qk_fn mk_##isa##_decode_qk;                      \
+    mk_decode_pv_fn mk_##isa##_decode_pv
+#define MK_SET_DECODE(t, isa)                                  \
+    ((t)->decode_qk = mk_##isa##_decode_qk,                    \
+     (t)->decode_pv = mk_##isa##_decode_pv)
+
+/* widen[MK_F32] (a copy) stays generic's. */
+#define MK_DECLARE_WIDEN(isa)                                  \
+    mk_widen_fn mk_##isa##_widen_f16, mk_##isa##_widen_bf16
+#define MK_SET_WIDEN(t, isa)                                   \
+    ((t)->widen[MK_F16] = mk_##isa##_widen_f16,                \
+     (t)->widen[MK_BF16] = mk_##isa##_widen_bf16)
+
+#define MK_DECLARE_PEAK(isa)                                   \
+    mk_fma_chains_fn mk_##isa##_fma_chains;                    \
+    extern const double mk_##isa##_fma_chains_flops
+#define MK_SET_PEAK(t, isa)                                    \
+    ((t)->fma_chains = mk_##isa##_fma_chains,                  \
+     (t)->fma_chains_flops = mk_##isa##_fma_chains_flops)
+
+#endif

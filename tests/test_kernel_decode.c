@@ -1,0 +1,402 @@
+/*
+ * The decode kernels of every table this build and CPU can run
+ * (kernel_check.h): decode_qk and decode_pv on every row count
+ * 1..MK_DECODE_ROWS, key counts around any key grouping, widths 1..130,
+ * each element type, against plain double loops (TOL_REF) and the generic
+ * table (TOL_KERNEL), and bitwise determinism across m, n and the column
+ * position.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernel_check.h"
+
+/* ---- decode_qk and decode_pv -------------------------------------------
+ * Up to MK_DECODE_ROWS query rows against key / value rows read in place,
+ * in each element type. The rows are random fp32 draws rounded to the type
+ * and the double reference multiplies the widened values. Every input
+ * buffer ends exactly where its last row does (no slack), so under ASan a
+ * read one element past a row's end, or of a row past n - 1, fails. */
+
+static const int64_t DECODE_NS[] = {1, 7, 8, 9, 33, 256, 257};
+static const int64_t DECODE_WIDTHS[] = {1, 3, 8, 15, 16, 17, 64, 128, 130};
+#define N_DECODE_NS 7
+#define N_DECODE_WIDTHS 9
+static const char *const DTYPE_NAME[] = {"f32", "f16", "bf16"};
+
+/* fp32 -> binary16 bits, to nearest even (|x| below 65504). */
+static uint16_t round_f16(float x)
+{
+    unsigned sign = signbit(x) ? 0x8000u : 0u;
+    double a = fabs((double)x);
+    if (a < 0x1p-14) /* subnormal; 1024 steps is the least normal's code */
+        return (uint16_t)(sign | (unsigned)nearbyint(a * 0x1p24));
+    int e;
+    frexp(a, &e); /* a in [2^(e-1), 2^e) */
+    unsigned mant = (unsigned)nearbyint(ldexp(a, 11 - e)); /* 1024..2048 */
+    unsigned biased = (unsigned)(e - 1 + 15);
+    if (mant == 2048)
+        mant = 1024, biased++;
+    return (uint16_t)(sign | biased << 10 | (mant - 1024));
+}
+
+/* fp32 -> bfloat16 bits, to nearest even (finite x). */
+static uint16_t round_bf16(float x)
+{
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    b += 0x7FFFu + ((b >> 16) & 1u);
+    return (uint16_t)(b >> 16);
+}
+
+/* Element e of an array of type t, widened. */
+static double widened(const void *x, mk_dtype t, size_t e)
+{
+    if (t == MK_F32)
+        return ((const float *)x)[e];
+    uint16_t h = ((const uint16_t *)x)[e];
+    return t == MK_F16 ? ref_f16(h) : ref_bf16(h);
+}
+
+/* rows x width elements of type t at row stride ld (0: one row for all) in
+ * a buffer that ends where the last row does, from uniform draws rounded
+ * to the type (within half a step: checked). wide (rows x width, packed)
+ * gets the widened values when non-NULL. */
+static void *random_rows(test_rng *r, mk_dtype t, int64_t rows,
+                         int64_t width, ptrdiff_t ld, double *wide)
+{
+    size_t count = (size_t)((rows - 1) * ld + width);
+    char *x = test_alloc(count * mk_dtype_size(t));
+    for (size_t e = 0; e < count; e++) {
+        float f = rng_uniform(r);
+        if (t == MK_F32) {
+            memcpy(x + 4 * e, &f, sizeof f);
+            continue;
+        }
+        uint16_t h = t == MK_F16 ? round_f16(f) : round_bf16(f);
+        memcpy(x + 2 * e, &h, sizeof h);
+        double step = t == MK_F16 ? fmax(fabs(f) * 0x1p-11, 0x1p-25)
+                                  : fabs(f) * 0x1p-8;
+        REQUIRE(fabs(widened(x, t, e) - f) <= step,
+                "%s rounding of %a gave %a", DTYPE_NAME[t], (double)f,
+                widened(x, t, e));
+    }
+    if (wide)
+        for (int64_t j = 0; j < rows; j++)
+            for (int64_t c = 0; c < width; c++)
+                wide[j * width + c] = widened(x, t, (size_t)(j * ld + c));
+    return x;
+}
+
+/* One decode kernel call, on the inputs in ctx, into out (sentinel-filled
+ * m x n at stride ld). */
+typedef struct decode_call {
+    mk_dtype t;
+    int64_t m, n, w;
+    const float *a; /* q or p */
+    ptrdiff_t lda;
+    const void *kv; /* K or V rows */
+    ptrdiff_t ldkv;
+    const float *alpha, *o0; /* decode_pv: alpha and o's first value */
+} decode_call;
+
+/* Each table's result of run (m x n at stride ld) against want and, for a
+ * table other than generic, generic's. e->shape names the case. */
+static void check_tables(const table_set *ts, expect *e,
+                         void (*run)(const decode_call *, const mk_table *,
+                                     float *, ptrdiff_t),
+                         const decode_call *call, int64_t m, int64_t n,
+                         ptrdiff_t ld, const double *want, const double *mag)
+{
+    float *gen = NULL;
+    for (int x = 0; x < ts->n; x++) {
+        e->isa = mha_isa_name(ts->isa[x]);
+        float *out = out_buffer((size_t)(m * ld));
+        run(call, &ts->t[x], out, ld);
+        expect_both(e, x == 0, out, gen, m, n, ld, want, mag, NULL);
+        if (x == 0)
+            gen = out;
+        else
+            free(out);
+    }
+    free(gen);
+}
+
+static void run_decode_qk(const decode_call *c, const mk_table *t, float *s,
+                          ptrdiff_t lds)
+{
+    t->decode_qk(c->a, c->lda, c->m, c->kv, c->t, c->ldkv, c->n, c->w, s,
+                 lds);
+}
+
+/* The query stride is padded, or 0 (one row for all) in some cases. */
+static void decode_qk_case(const table_set *ts, mk_dtype t, int64_t m,
+                           int64_t n, int64_t d, ptrdiff_t ldk, test_rng *r)
+{
+    const ptrdiff_t ldq = (m + n + d) % 5 == 0 ? 0 : d + 3, lds = n + 3;
+    float *q = random_floats(r, (size_t)((m - 1) * ldq + d));
+    double *kd = test_alloc((size_t)(n * d) * sizeof *kd);
+    void *k = random_rows(r, t, n, d, ldk, kd);
+    double *want = test_alloc((size_t)(m * n) * sizeof *want);
+    double *mag = test_alloc((size_t)(m * n) * sizeof *mag);
+    ref_gemm(m, n, d, q, ldq, kd, 1, d, NULL, want, mag);
+    expect e = {.kernel = "decode_qk"};
+    snprintf(e.shape, sizeof e.shape,
+             "%s m %lld n %lld d %lld ldq %td ldk %td lds %td", DTYPE_NAME[t],
+             (long long)m, (long long)n, (long long)d, ldq, ldk, lds);
+    decode_call call = {t, m, n, d, q, ldq, k, ldk, NULL, NULL};
+    check_tables(ts, &e, run_decode_qk, &call, m, n, lds, want, mag);
+    free(q), free(kd), free(k), free(want), free(mag);
+}
+
+/* Probabilities with zeros (every seventh entry), rows of n at stride ld,
+ * exactly sized. */
+static float *random_probs(test_rng *r, int64_t m, int64_t n, ptrdiff_t ld)
+{
+    size_t count = (size_t)((m - 1) * ld + n);
+    float *p = random_floats(r, count);
+    for (size_t x = 0; x < count; x++)
+        p[x] = x % 7 == 2 ? 0.0f : fabsf(p[x]);
+    return p;
+}
+
+/* Rescale factors: 1, 0 and values in (0, 1), exactly m of them. */
+static float *random_alphas(test_rng *r, int64_t m)
+{
+    float *alpha = random_floats(r, (size_t)m);
+    for (int64_t i = 0; i < m; i++)
+        alpha[i] = i % 4 == 0 ? 1.0f : i % 4 == 1 ? 0.0f : fabsf(alpha[i]);
+    return alpha;
+}
+
+/* o starts as o0's columns [0, dv) (o0 has o's row stride). */
+static void run_decode_pv(const decode_call *c, const mk_table *t, float *o,
+                          ptrdiff_t ldo)
+{
+    for (int64_t i = 0; i < c->m; i++)
+        memcpy(&o[i * ldo], &c->o0[i * ldo], (size_t)c->w * sizeof *o);
+    t->decode_pv(c->a, c->lda, c->m, c->n, c->kv, c->t, c->ldkv, c->w,
+                 c->alpha, o, ldo);
+}
+
+static void decode_pv_case(const table_set *ts, mk_dtype t, int64_t m,
+                           int64_t n, int64_t dv, ptrdiff_t ldv, test_rng *r)
+{
+    const ptrdiff_t ldp = n + 2, ldo = dv + 5;
+    float *p = random_probs(r, m, n, ldp);
+    double *vd = test_alloc((size_t)(n * dv) * sizeof *vd);
+    void *v = random_rows(r, t, n, dv, ldv, vd);
+    float *alpha = random_alphas(r, m);
+    float *o0 = random_floats(r, (size_t)(m * ldo));
+    double *want = test_alloc((size_t)(m * dv) * sizeof *want);
+    double *mag = test_alloc((size_t)(m * dv) * sizeof *mag);
+    ref_pv(m, n, dv, p, ldp, vd, alpha, o0, ldo, want, mag);
+    expect e = {.kernel = "decode_pv"};
+    snprintf(e.shape, sizeof e.shape,
+             "%s m %lld n %lld dv %lld ldp %td ldv %td ldo %td",
+             DTYPE_NAME[t], (long long)m, (long long)n, (long long)dv, ldp,
+             ldv, ldo);
+    decode_call call = {t, m, n, dv, p, ldp, v, ldv, alpha, o0};
+    check_tables(ts, &e, run_decode_pv, &call, m, dv, ldo, want, mag);
+    free(p), free(vd), free(v), free(alpha), free(o0), free(want), free(mag);
+}
+
+/* Row strides of variant c for rows of width w: dense, padded past the
+ * width, or 0 (one row broadcast). */
+static ptrdiff_t decode_stride(int c, int64_t w)
+{
+    return c % 3 == 0 ? w : c % 3 == 1 ? w + 7 : 0;
+}
+
+/* Runs fn for every m 1..MK_DECODE_ROWS, n, width and K/V stride variant
+ * with element type t. */
+typedef void (*decode_fn)(const table_set *ts, mk_dtype t, int64_t m,
+                          int64_t n, int64_t w, ptrdiff_t ld, test_rng *r);
+static void for_decode_cases(decode_fn fn, mk_dtype t, uint64_t seed)
+{
+    table_set ts;
+    get_tables(&ts);
+    test_rng r;
+    rng_seed(&r, seed);
+    for (int64_t m = 1; m <= MK_DECODE_ROWS; m++)
+        for (int a = 0; a < N_DECODE_NS; a++)
+            for (int b = 0; b < N_DECODE_WIDTHS; b++)
+                for (int c = 0; c < 3; c++)
+                    fn(&ts, t, m, DECODE_NS[a], DECODE_WIDTHS[b],
+                       decode_stride(c, DECODE_WIDTHS[b]), &r);
+}
+
+START_TEST(decode_qk_edges)
+{
+    for_decode_cases(decode_qk_case, (mk_dtype)_i, 59 + (uint64_t)_i);
+}
+END_TEST
+
+START_TEST(decode_pv_edges)
+{
+    for_decode_cases(decode_pv_case, (mk_dtype)_i, 61 + (uint64_t)_i);
+}
+END_TEST
+
+
+/* ---- Decode determinism ------------------------------------------------
+ * Per table: a score or output element is bitwise the same whether its
+ * query row is one of MK_DECODE_ROWS or alone, its key one of 257 or alone,
+ * its output column first or anywhere in the row (zeros of either sign
+ * count as the same). */
+
+static int same_value(float a, float b)
+{
+    return memcmp(&a, &b, sizeof a) == 0 || (a == 0.0f && b == 0.0f);
+}
+
+typedef struct same_ctx {
+    const mk_table *tb;
+    const char *isa;
+    mk_dtype t;
+    int64_t width;
+} same_ctx;
+
+/* s[i][j] got one way (how) against all, the one call with every row and
+ * key. */
+static void expect_same_score(const same_ctx *cx, float got, float all,
+                              int64_t i, int64_t j, const char *how)
+{
+    REQUIRE(same_value(got, all),
+            "decode_qk [%s] %s d %lld: s[%lld][%lld] = %a %s, %a in one call "
+            "of %d rows and 257 keys", cx->isa, DTYPE_NAME[cx->t],
+            (long long)cx->width, (long long)i, (long long)j, (double)got,
+            how, (double)all, MK_DECODE_ROWS);
+}
+
+static void decode_qk_same(const same_ctx *cx, test_rng *r)
+{
+    const int64_t m = MK_DECODE_ROWS, n = 257, d = cx->width;
+    const ptrdiff_t ldq = d + 1, ldk = d + 3;
+    const size_t es = mk_dtype_size(cx->t);
+    float *q = random_floats(r, (size_t)((m - 1) * ldq + d));
+    char *k = random_rows(r, cx->t, n, d, ldk, NULL);
+    float *all = test_alloc((size_t)(m * n) * sizeof *all);
+    float *one = test_alloc((size_t)n * sizeof *one);
+    cx->tb->decode_qk(q, ldq, m, k, cx->t, ldk, n, d, all, n);
+    for (int64_t i = 0; i < m; i++) {
+        cx->tb->decode_qk(q + i * ldq, ldq, 1, k, cx->t, ldk, n, d, one, n);
+        for (int64_t j = 0; j < n; j++)
+            expect_same_score(cx, one[j], all[i * n + j], i, j, "with m 1");
+    }
+    for (int64_t j = 0; j < n; j++) {
+        float col[MK_DECODE_ROWS], lone;
+        const char *row = k + (size_t)(j * ldk) * es;
+        cx->tb->decode_qk(q, ldq, m, row, cx->t, ldk, 1, d, col, 1);
+        for (int64_t i = 0; i < m; i++)
+            expect_same_score(cx, col[i], all[i * n + j], i, j, "with n 1");
+        int64_t i = j % m;
+        cx->tb->decode_qk(q + i * ldq, ldq, 1, row, cx->t, ldk, 1, d, &lone,
+                          1);
+        expect_same_score(cx, lone, all[i * n + j], i, j, "with m = n = 1");
+    }
+    free(q), free(k), free(all), free(one);
+}
+
+/* o (m rows of dv at stride ldo) against want (the same layout), columns
+ * [c0, dv). */
+static void expect_same_rows(const same_ctx *cx, const char *how,
+                             const float *o, const float *want, int64_t m,
+                             int64_t c0, int64_t dv, ptrdiff_t ldo)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t c = c0; c < dv; c++)
+            REQUIRE(same_value(o[i * ldo + c], want[i * ldo + c]),
+                    "decode_pv [%s] %s dv %lld: o[%lld][%lld] = %a %s, %a "
+                    "in one call of %d rows and 257 keys", cx->isa,
+                    DTYPE_NAME[cx->t], (long long)dv, (long long)i,
+                    (long long)c, (double)o[i * ldo + c], how,
+                    (double)want[i * ldo + c], MK_DECODE_ROWS);
+}
+
+static void decode_pv_same(const same_ctx *cx, test_rng *r)
+{
+    const int64_t m = MK_DECODE_ROWS, n = 257, dv = cx->width;
+    const ptrdiff_t ldv = dv + 3, ldo = dv;
+    const size_t es = mk_dtype_size(cx->t), no = (size_t)(m * ldo);
+    float *p = random_probs(r, m, n, n);
+    char *v = random_rows(r, cx->t, n, dv, ldv, NULL);
+    float *alpha = random_alphas(r, m);
+    float *o0 = random_floats(r, no);
+    float *all = test_alloc(no * sizeof *all);
+    float *o = test_alloc(no * sizeof *o);
+    memcpy(all, o0, no * sizeof *o0);
+    cx->tb->decode_pv(p, n, m, n, v, cx->t, ldv, dv, alpha, all, ldo);
+
+    /* Each row alone. */
+    memcpy(o, o0, no * sizeof *o0);
+    for (int64_t i = 0; i < m; i++)
+        cx->tb->decode_pv(p + i * n, n, 1, n, v, cx->t, ldv, dv, alpha + i,
+                          o + i * ldo, ldo);
+    expect_same_rows(cx, "row by row", o, all, m, 0, dv, ldo);
+
+    /* Columns [c0, dv) as columns [0, dv - c0) of a narrower call. */
+    static const int64_t shifts[] = {1, 3, 4, 8, 16, 17};
+    for (size_t x = 0; x < sizeof shifts / sizeof shifts[0]; x++) {
+        int64_t c0 = shifts[x];
+        if (c0 >= dv)
+            break;
+        memcpy(o, o0, no * sizeof *o0);
+        cx->tb->decode_pv(p, n, m, n, v + (size_t)c0 * es, cx->t, ldv,
+                          dv - c0, alpha, o + c0, ldo);
+        char how[64];
+        snprintf(how, sizeof how, "from column %lld on", (long long)c0);
+        expect_same_rows(cx, how, o, all, m, c0, dv, ldo);
+    }
+
+    /* One nonzero probability per row, at key j_i of 257, against the
+     * same key alone (n = 1). */
+    static const int64_t keys[MK_DECODE_ROWS] = {0, 1, 7, 8, 9, 128, 255,
+                                                 256};
+    float *sparse = test_alloc((size_t)(m * n) * sizeof *sparse);
+    memset(sparse, 0, (size_t)(m * n) * sizeof *sparse);
+    for (int64_t i = 0; i < m; i++)
+        sparse[i * n + keys[i]] = 0.25f + fabsf(rng_uniform(r)) / 2;
+    memcpy(all, o0, no * sizeof *o0);
+    cx->tb->decode_pv(sparse, n, m, n, v, cx->t, ldv, dv, alpha, all, ldo);
+    memcpy(o, o0, no * sizeof *o0);
+    for (int64_t i = 0; i < m; i++)
+        cx->tb->decode_pv(&sparse[i * n + keys[i]], 1, 1, 1,
+                          v + (size_t)(keys[i] * ldv) * es, cx->t, ldv, dv,
+                          alpha + i, o + i * ldo, ldo);
+    expect_same_rows(cx, "with its one key alone", o, all, m, 0, dv, ldo);
+    free(p), free(v), free(alpha), free(o0), free(all), free(o);
+    free(sparse);
+}
+
+START_TEST(decode_deterministic)
+{
+    table_set ts;
+    get_tables(&ts);
+    test_rng r;
+    rng_seed(&r, 67);
+    static const int64_t widths[] = {1, 3, 8, 17, 64, 130};
+    for (int x = 0; x < ts.n; x++)
+        for (int t = MK_F32; t <= MK_BF16; t++)
+            for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+                same_ctx cx = {&ts.t[x], mha_isa_name(ts.isa[x]),
+                               (mk_dtype)t, widths[w]};
+                decode_qk_same(&cx, &r);
+                decode_pv_same(&cx, &r);
+            }
+}
+END_TEST
+
+
+Suite *suite_kernel_decode(void)
+{
+    Suite *s = suite_create("kernel_decode");
+    TCase *tc = tcase_create("kernel_decode");
+    tcase_add_loop_test(tc, decode_qk_edges, MK_F32, MK_BF16 + 1);
+    tcase_add_loop_test(tc, decode_pv_edges, MK_F32, MK_BF16 + 1);
+    tcase_add_test(tc, decode_deterministic);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,328 @@
+/*
+ * The fused scale + mask + online softmax step (softmax_update) of every
+ * table this build and CPU can run (kernel_check.h), on edge tiles and
+ * every mk_mask field alone and combined: keep (per row and broadcast),
+ * bias (with -inf entries), the left edge diag_lo, the causal diagonal
+ * diag_hi, a sliding window (both), key_limit, and rows that see nothing
+ * (empty ranges on either side, lo past hi). Two consecutive tiles per
+ * case, from a fresh state and from a running max above every score. The
+ * reference is a double loop that decides visibility key by key from the
+ * mask's definition (not through mk_visible_range); TOL_REF against it,
+ * TOL_KERNEL against the generic table, and masked P, alpha = 1 and the
+ * state of empty rows bitwise.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernel_check.h"
+
+/* ---- softmax_update ---------------------------------------------------- */
+
+enum {
+    MV_NONE, MV_KEEP, MV_KEEP_BROADCAST, MV_BIAS, MV_BIAS_BROADCAST,
+    MV_CAUSAL_0, MV_CAUSAL_NEG, MV_CAUSAL_POS, MV_CAUSAL_ALL,
+    MV_LIMIT_0, MV_LIMIT_HALF, MV_LIMIT_ABOVE, MV_ALL,
+    MV_LO_0, MV_LO_NEG, MV_LO_POS, MV_LO_ALL, MV_WINDOW, MV_WINDOW_CROSSED,
+    MV_WINDOW_LIMIT, MV_WINDOW_ALL, N_MASK_VARIANTS
+};
+static const char *const MV_NAME[] = {
+    "none", "keep", "keep ld 0", "bias", "bias ld 0", "causal 0",
+    "causal -2", "causal n-m+3", "causal all hidden", "key_limit 0",
+    "key_limit n/2", "key_limit n+100", "everything", "diag_lo 0",
+    "diag_lo -3", "diag_lo 5", "diag_lo all hidden", "window [-4, 0]",
+    "window lo > hi", "window + key_limit n/2",
+    "window + keep + bias + key_limit"};
+_Static_assert(sizeof MV_NAME / sizeof MV_NAME[0] == N_MASK_VARIANTS,
+               "a name per mask variant");
+
+typedef struct mask_buf {
+    mk_mask mask;
+    uint8_t *keep;
+    float *bias;
+} mask_buf;
+
+/* Mask variant v for an m x n tile. Keep-masks hide every fifth row
+ * entirely; biases have 20% -INFINITY and every fourth row all -INFINITY. */
+static void make_mask(int v, int64_t m, int64_t n, test_rng *r, mask_buf *mb)
+{
+    memset(mb, 0, sizeof *mb);
+    mb->mask.diag_lo = MK_NO_DIAG_LO;
+    mb->mask.diag_hi = MK_NO_DIAG_HI;
+    mb->mask.key_limit = n;
+    int keep = v == MV_KEEP || v == MV_KEEP_BROADCAST || v == MV_ALL ||
+               v == MV_WINDOW_ALL;
+    int bias = v == MV_BIAS || v == MV_BIAS_BROADCAST || v == MV_ALL ||
+               v == MV_WINDOW_ALL;
+    if (keep) {
+        ptrdiff_t ld = v == MV_KEEP_BROADCAST ? 0 : n + 3;
+        int64_t rows = ld ? m : 1;
+        mb->keep = test_alloc((size_t)((rows - 1) * ld + n));
+        memset(mb->keep, 0x5a, (size_t)((rows - 1) * ld + n));
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < n; j++)
+                mb->keep[i * ld + j] =
+                    (i % 5 == 4 || rng_uniform(r) < -0.4f) ? 0
+                                                            : (uint8_t)(1 + j % 7);
+        mb->mask.keep = mb->keep;
+        mb->mask.keep_ld = ld;
+    }
+    if (bias) {
+        ptrdiff_t ld = v == MV_BIAS_BROADCAST ? 0 : n + 5;
+        int64_t rows = ld ? m : 1;
+        mb->bias = test_alloc((size_t)((rows - 1) * ld + n) * sizeof(float));
+        fill_sentinel(mb->bias, (size_t)((rows - 1) * ld + n));
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < n; j++) {
+                float u = rng_uniform(r);
+                mb->bias[i * ld + j] =
+                    (ld && i % 4 == 2) || u < -0.6f ? -INFINITY : 3.0f * u;
+            }
+        mb->mask.bias = mb->bias;
+        mb->mask.bias_ld = ld;
+    }
+    switch (v) {
+    case MV_CAUSAL_0: mb->mask.diag_hi = 0; break;
+    case MV_CAUSAL_NEG: mb->mask.diag_hi = -2; break;
+    case MV_CAUSAL_POS: mb->mask.diag_hi = n - m + 3; break;
+    case MV_CAUSAL_ALL: mb->mask.diag_hi = -(m + 5); break;
+    case MV_LIMIT_0: mb->mask.key_limit = 0; break;
+    case MV_LIMIT_HALF: mb->mask.key_limit = n / 2; break;
+    case MV_LIMIT_ABOVE: mb->mask.key_limit = n + 100; break;
+    case MV_ALL:
+        mb->mask.diag_hi = 1;
+        mb->mask.key_limit = n - 1;
+        break;
+    /* Row i sees keys j >= i + diag_lo: with diag_lo 0 and 5 the last
+     * rows of a wide-enough tile see nothing; n + 2 hides every key. */
+    case MV_LO_0: mb->mask.diag_lo = 0; break;
+    case MV_LO_NEG: mb->mask.diag_lo = -3; break;
+    case MV_LO_POS: mb->mask.diag_lo = 5; break;
+    case MV_LO_ALL: mb->mask.diag_lo = n + 2; break;
+    /* A sliding window: keys i - 4 .. i (rows before 4 are cut at 0). */
+    case MV_WINDOW:
+        mb->mask.diag_lo = -4;
+        mb->mask.diag_hi = 0;
+        break;
+    /* lo past hi: every row is empty, though neither edge alone hides
+     * every key. */
+    case MV_WINDOW_CROSSED:
+        mb->mask.diag_lo = 2;
+        mb->mask.diag_hi = 1;
+        break;
+    case MV_WINDOW_LIMIT:
+        mb->mask.diag_lo = -6;
+        mb->mask.diag_hi = 2;
+        mb->mask.key_limit = n / 2;
+        break;
+    case MV_WINDOW_ALL:
+        mb->mask.diag_lo = -5;
+        mb->mask.diag_hi = 1;
+        mb->mask.key_limit = n - 1;
+        break;
+    }
+}
+
+/* Whether key j is hidden from row i, from the definition of mk_mask. */
+static int ref_hidden(const mk_mask *mk, int64_t i, int64_t j)
+{
+    if (mk->diag_lo != MK_NO_DIAG_LO && j < i + mk->diag_lo)
+        return 1;
+    if (mk->diag_hi != MK_NO_DIAG_HI && j > i + mk->diag_hi)
+        return 1;
+    if (j >= mk->key_limit)
+        return 1;
+    return mk->keep && mk->keep[i * mk->keep_ld + j] == 0;
+}
+
+/* The reference step in double. s is read as float; p, row state as
+ * double. */
+static void ref_softmax_update(const float *s, ptrdiff_t lds, int64_t m,
+                               int64_t n, float scale, const mk_mask *mk,
+                               double *row_max, double *row_sum, double *p,
+                               double *alpha)
+{
+    for (int64_t i = 0; i < m; i++) {
+        double *pi = &p[i * n];
+        double mx = row_max[i];
+        for (int64_t j = 0; j < n; j++) {
+            double x = (double)scale * s[i * lds + j];
+            if (mk->bias)
+                x += mk->bias[i * mk->bias_ld + j];
+            if (ref_hidden(mk, i, j))
+                x = -INFINITY;
+            pi[j] = x;
+            if (x > mx)
+                mx = x;
+        }
+        if (mx == -INFINITY) {
+            for (int64_t j = 0; j < n; j++)
+                pi[j] = 0.0;
+            alpha[i] = 1.0;
+            continue;
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < n; j++) {
+            pi[j] = exp(pi[j] - mx);
+            sum += pi[j];
+        }
+        alpha[i] = exp(row_max[i] - mx);
+        row_sum[i] = row_sum[i] * alpha[i] + sum;
+        row_max[i] = mx;
+    }
+}
+
+/* What one table's softmax_update left after one tile. */
+typedef struct sm_result {
+    float *s, *row_max, *row_sum, *alpha;
+} sm_result;
+
+static void sm_free(sm_result *r)
+{
+    free(r->s), free(r->row_max), free(r->row_sum), free(r->alpha);
+}
+
+static float *copy_floats(const float *x, size_t n)
+{
+    float *y = out_buffer(n);
+    memcpy(y, x, n * sizeof *y);
+    return y;
+}
+
+/* Two consecutive tiles through each table, from state (init_max, 0). */
+static void softmax_case(const table_set *ts, int64_t m, int64_t n, int v,
+                         float scale, float init_max, test_rng *r)
+{
+    const ptrdiff_t lds = n + 3;
+    const size_t ns = (size_t)(m * lds);
+    float *tiles[2];
+    for (int k = 0; k < 2; k++) {
+        tiles[k] = random_floats(r, ns);
+        for (size_t x = 0; x < ns; x++)
+            tiles[k][x] *= 4.0f;
+    }
+    mask_buf mb;
+    make_mask(v, m, n, r, &mb);
+
+    /* Reference: both tiles, keeping the state after each. */
+    double *p_ref[2], *alpha_ref[2], *max_ref[2], *sum_ref[2];
+    double *rm = test_alloc((size_t)m * sizeof *rm);
+    double *rs = test_alloc((size_t)m * sizeof *rs);
+    for (int64_t i = 0; i < m; i++)
+        rm[i] = init_max, rs[i] = 0.0;
+    for (int k = 0; k < 2; k++) {
+        p_ref[k] = test_alloc((size_t)(m * n) * sizeof(double));
+        alpha_ref[k] = test_alloc((size_t)m * sizeof(double));
+        ref_softmax_update(tiles[k], lds, m, n, scale, &mb.mask, rm, rs,
+                           p_ref[k], alpha_ref[k]);
+        max_ref[k] = test_alloc((size_t)m * sizeof(double));
+        sum_ref[k] = test_alloc((size_t)m * sizeof(double));
+        memcpy(max_ref[k], rm, (size_t)m * sizeof(double));
+        memcpy(sum_ref[k], rs, (size_t)m * sizeof(double));
+    }
+    /* Error scales: P and alpha lie in [0, 1], so 1 is their scale; the row
+     * sum is a sum of positive terms, its own scale; the max is relative to
+     * itself. Masked P entries and the state of fully masked rows (alpha 1,
+     * max -inf, sum unchanged) must be exact. */
+    double *one = test_alloc((size_t)(m * n) * sizeof *one);
+    unsigned char *exact_p = test_alloc((size_t)(m * n));
+    unsigned char *exact_row = test_alloc((size_t)m);
+    double *mag_max = test_alloc((size_t)m * sizeof *mag_max);
+
+    sm_result gen[2];
+    for (int x = 0; x < ts->n; x++) {
+        const mk_table *t = &ts->t[x];
+        float *row_max = out_buffer((size_t)m);
+        float *row_sum = out_buffer((size_t)m);
+        float *alpha = out_buffer((size_t)m);
+        for (int64_t i = 0; i < m; i++)
+            row_max[i] = init_max, row_sum[i] = 0.0f;
+        for (int k = 0; k < 2; k++) {
+            sm_result got;
+            /* Padding columns of the tile hold the sentinel. */
+            got.s = out_buffer(ns);
+            for (int64_t i = 0; i < m; i++)
+                memcpy(&got.s[i * lds], &tiles[k][i * lds],
+                       (size_t)n * sizeof(float));
+            fill_sentinel(alpha, (size_t)m);
+            t->softmax_update(got.s, lds, m, n, scale, &mb.mask, row_max,
+                              row_sum, alpha);
+            got.row_max = copy_floats(row_max, (size_t)m);
+            got.row_sum = copy_floats(row_sum, (size_t)m);
+            got.alpha = copy_floats(alpha, (size_t)m);
+
+            for (int64_t i = 0; i < m; i++) {
+                int dead = max_ref[k][i] == -INFINITY;
+                exact_row[i] = (unsigned char)dead;
+                mag_max[i] = fabs(max_ref[k][i]);
+                for (int64_t j = 0; j < n; j++) {
+                    one[i * n + j] = 1.0;
+                    exact_p[i * n + j] =
+                        dead || ref_hidden(&mb.mask, i, j) ||
+                        (mb.mask.bias &&
+                         mb.mask.bias[i * mb.mask.bias_ld + j] == -INFINITY);
+                }
+            }
+            expect e = {.isa = mha_isa_name(ts->isa[x])};
+            snprintf(e.shape, sizeof e.shape,
+                     "tile %d m %lld n %lld lds %td mask %s scale %g "
+                     "initial max %g",
+                     k, (long long)m, (long long)n, lds, MV_NAME[v],
+                     (double)scale, (double)init_max);
+            const sm_result *g = x ? &gen[k] : NULL;
+            e.kernel = "softmax_update P";
+            expect_both(&e, x == 0, got.s, g ? g->s : NULL, m, n, lds,
+                        p_ref[k], one, exact_p);
+            e.kernel = "softmax_update alpha";
+            expect_both(&e, x == 0, got.alpha, g ? g->alpha : NULL, m, 1, 1,
+                        alpha_ref[k], one, exact_row);
+            e.kernel = "softmax_update row_sum";
+            expect_both(&e, x == 0, got.row_sum, g ? g->row_sum : NULL, m, 1,
+                        1, sum_ref[k], sum_ref[k], exact_row);
+            e.kernel = "softmax_update row_max";
+            expect_both(&e, x == 0, got.row_max, g ? g->row_max : NULL, m, 1,
+                        1, max_ref[k], mag_max, exact_row);
+            if (x == 0)
+                gen[k] = got;
+            else
+                sm_free(&got);
+        }
+        free(row_max), free(row_sum), free(alpha);
+    }
+    for (int k = 0; k < 2; k++) {
+        sm_free(&gen[k]);
+        free(tiles[k]), free(p_ref[k]), free(alpha_ref[k]);
+        free(max_ref[k]), free(sum_ref[k]);
+    }
+    free(rm), free(rs), free(one), free(exact_p), free(exact_row);
+    free(mag_max), free(mb.keep), free(mb.bias);
+}
+
+static void softmax_tile(const table_set *ts, int64_t m, int64_t n,
+                         test_rng *r)
+{
+    for (int v = 0; v < N_MASK_VARIANTS; v++) {
+        /* Fresh state, or a running max (9) above every score (< 8.2),
+         * where alpha must be 1. */
+        float init = (m + n + v) % 3 == 0 ? 9.0f : -INFINITY;
+        float scale = v % 2 ? 0.125f : 1.3f;
+        softmax_case(ts, m, n, v, scale, init, r);
+    }
+}
+
+START_TEST(softmax_update_edges)
+{
+    for_edge_tiles(4, softmax_tile, 37);
+}
+END_TEST
+
+
+Suite *suite_softmax(void)
+{
+    Suite *s = suite_create("softmax");
+    TCase *tc = tcase_create("softmax");
+    tcase_add_test(tc, softmax_update_edges);
+    suite_add_tcase(s, tc);
+    return s;
+}
