@@ -196,16 +196,13 @@ bool ParseThreads(const char *list, std::vector<int> *out)
     return !out->empty();
 }
 
-// Every ISA the library knows (mha_isas), generic first.
+// Every ISA the library knows, best first (mha_isas' order, which the
+// report reads back from the "isas" context to find MHA_ISA_AUTO's table).
 std::vector<mha_isa> AllIsas()
 {
     size_t n = 0;
     const mha_isa *all = mha_isas(&n);
-    std::vector<mha_isa> out = {MHA_ISA_GENERIC};
-    for (size_t i = 0; i < n; ++i)
-        if (all[i] != MHA_ISA_GENERIC)
-            out.push_back(all[i]);
-    return out;
+    return std::vector<mha_isa>(all, all + n);
 }
 
 bool ParseIsas(const char *list, std::vector<mha_isa> *out)

@@ -183,9 +183,14 @@ void inject_specials(const special_request *r,
             continue;
         unsigned index = e[1] | (unsigned)e[2] << 8;
         unsigned run = 1 + ((e[3] >> 4) & 7) * 3, v = (e[3] & 15) % 12;
-        const void *value = elem == 4         ? (const void *)&special_values[v]
-                            : dt == MHA_F16 ? (const void *)&special_f16[v]
-                                            : (const void *)&special_bf16[v];
+        const void *value = NULL;
+        switch (dt) { /* exhaustive: a new dtype needs its specials */
+        case MHA_F32: value = &special_values[v]; break;
+        case MHA_F16: value = &special_f16[v]; break;
+        case MHA_BF16: value = &special_bf16[v]; break;
+        }
+        if (!value) /* an invalid dtype code: the call is refused anyway */
+            continue;
         for (unsigned i = 0; i < run; i++)
             memcpy(b->data + (index + i) % count * elem, value, elem);
         if (verbose > 0)
@@ -202,16 +207,13 @@ void fill_values(buffer *b, mha_dtype dtype, uint64_t seed)
     size_t elem = elem_size(dtype);
     for (size_t i = 0; i + elem <= b->bytes; i += elem) {
         float x = rng_uniform(&s);
-        if (elem == 4) {
-            memcpy(b->data + i, &x, 4);
-        } else {
-            uint16_t h;
-            if (dtype == MHA_F16)
-                mha_f32_to_f16(&x, 1, &h);
-            else
-                mha_f32_to_bf16(&x, 1, &h);
-            memcpy(b->data + i, &h, 2);
+        uint16_t h = 0;
+        switch (dtype) { /* exhaustive: a new dtype needs its encoder */
+        case MHA_F32: memcpy(b->data + i, &x, 4); continue;
+        case MHA_F16: mha_f32_to_f16(&x, 1, &h); break;
+        case MHA_BF16: mha_f32_to_bf16(&x, 1, &h); break;
         }
+        memcpy(b->data + i, &h, 2);
     }
 }
 
