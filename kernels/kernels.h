@@ -54,6 +54,17 @@ static inline size_t mk_dtype_size(mk_dtype t)
     return 0;
 }
 
+/* Runs CALL(T) with T the constant (MK_F32, MK_F16 or MK_BF16) that t
+ * holds, so a kernel inlined with its element type as a constant gets one
+ * instance per dtype. Exhaustive, like every switch over mk_dtype. */
+#define MK_FOR_DTYPE(t, CALL)                                             \
+    switch (t) {                                                          \
+    case MK_F32: CALL(MK_F32); break;                                     \
+    case MK_F16: CALL(MK_F16); break;                                     \
+    case MK_BF16: CALL(MK_BF16); break;                                   \
+    case MK_DTYPE_COUNT: break;                                           \
+    }
+
 /* ---- Masks -------------------------------------------------------------- */
 
 /* The mask of one (query block x key block) tile, in block coordinates:

@@ -4,6 +4,8 @@
 #ifndef MK_TABLE_INIT_H
 #define MK_TABLE_INIT_H
 
+#include <assert.h>
+
 #include "kernels.h"
 
 /* The prefill kernels (pack, qk, softmax, pv, normalize, linear) of an ISA
@@ -37,6 +39,20 @@
 #define MK_SET_WIDEN(t, isa)                                   \
     ((t)->widen[MK_F16] = mk_##isa##_widen_f16,                \
      (t)->widen[MK_BF16] = mk_##isa##_widen_bf16)
+
+/* Defines both widen slots as loop(x, n, y, to_f32) over the ISA's
+ * converter of one vector of each dtype (the file's own widening loop). */
+#define MK_DEFINE_WIDEN(isa, loop, f16_to_f32, bf16_to_f32)    \
+    void mk_##isa##_widen_f16(const void *x, int64_t n, float *y) \
+    {                                                          \
+        assert(n >= 0 && (n == 0 || (x && y)));                \
+        loop(x, n, y, f16_to_f32);                             \
+    }                                                          \
+    void mk_##isa##_widen_bf16(const void *x, int64_t n, float *y) \
+    {                                                          \
+        assert(n >= 0 && (n == 0 || (x && y)));                \
+        loop(x, n, y, bf16_to_f32);                            \
+    }
 
 #define MK_DECLARE_PEAK(isa)                                   \
     mk_fma_chains_fn mk_##isa##_fma_chains;                    \

@@ -33,16 +33,5 @@ static inline __m256 bf16_to_f32_8(__m128i h)
         _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-/* y[i] = binary16 x[i] widened, i < n. 8 per VCVTPH2PS. Needs F16C. */
-void mk_avx2_widen_f16(const void *x, int64_t n, float *y)
-{
-    assert(n >= 0 && (n == 0 || (x && y)));
-    widen(x, n, y, f16_to_f32_8);
-}
-
-/* y[i] = bfloat16 x[i] widened (the high half of its float), i < n. */
-void mk_avx2_widen_bf16(const void *x, int64_t n, float *y)
-{
-    assert(n >= 0 && (n == 0 || (x && y)));
-    widen(x, n, y, bf16_to_f32_8);
-}
+/* y[i] = x[i] widened, i < n (binary16 and bfloat16). */
+MK_DEFINE_WIDEN(avx2, widen, f16_to_f32_8, bf16_to_f32_8)

@@ -133,12 +133,9 @@ void mk_avx2_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                           const void *k, mk_dtype kt, ptrdiff_t ldk, int64_t n,
                           int64_t d, float *s, ptrdiff_t lds)
 {
-    switch (kt) {
-    case MK_F32: decode_qk(q, ldq, m, k, MK_F32, ldk, n, d, s, lds); break;
-    case MK_F16: decode_qk(q, ldq, m, k, MK_F16, ldk, n, d, s, lds); break;
-    case MK_BF16: decode_qk(q, ldq, m, k, MK_BF16, ldk, n, d, s, lds); break;
-    case MK_DTYPE_COUNT: break;
-    }
+#define DECODE_QK(T) decode_qk(q, ldq, m, k, T, ldk, n, d, s, lds)
+    MK_FOR_DTYPE(kt, DECODE_QK)
+#undef DECODE_QK
 }
 
 /* Keys per step of decode_pv: their rows (and prefetches) are issued
@@ -196,16 +193,7 @@ void mk_avx2_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                           int64_t dv, const float *alpha, float *o,
                           ptrdiff_t ldo)
 {
-    switch (vt) {
-    case MK_F32:
-        decode_pv(p, ldp, m, n, v, MK_F32, ldv, dv, alpha, o, ldo);
-        break;
-    case MK_F16:
-        decode_pv(p, ldp, m, n, v, MK_F16, ldv, dv, alpha, o, ldo);
-        break;
-    case MK_BF16:
-        decode_pv(p, ldp, m, n, v, MK_BF16, ldv, dv, alpha, o, ldo);
-        break;
-    case MK_DTYPE_COUNT: break;
-    }
+#define DECODE_PV(T) decode_pv(p, ldp, m, n, v, T, ldv, dv, alpha, o, ldo)
+    MK_FOR_DTYPE(vt, DECODE_PV)
+#undef DECODE_PV
 }

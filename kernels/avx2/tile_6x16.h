@@ -128,16 +128,13 @@ mk_avx2_tile_6x16(const int mr, const unsigned flags, int64_t k,
 #undef MK_LOAD
 }
 
-/* Calls FN(mr_constant, args...) for a run-time mr in 1..6, so every row
- * count gets a tile compiled for it. */
-#define MK_AVX2_FOR_MR(mr, FN, ...)              \
-    switch (mr) {                                \
-    case 6: FN(6, __VA_ARGS__); break;           \
-    case 5: FN(5, __VA_ARGS__); break;           \
-    case 4: FN(4, __VA_ARGS__); break;           \
-    case 3: FN(3, __VA_ARGS__); break;           \
-    case 2: FN(2, __VA_ARGS__); break;           \
-    default: FN(1, __VA_ARGS__); break;          \
-    }
+/* The bindings of the shared drivers (kernels/tile_driver.h): a
+ * remainder of 1..5 rows is one strip of its own height. */
+#define MK_TILE mk_avx2_tile_6x16
+#define MK_TILE_MR MK_AVX2_MR
+#define MK_TILE_NR MK_AVX2_NR
+#define MK_TILE_REST MK_TD_REST_EACH
+_Static_assert(MK_AVX2_MR == 6, "the tile has rows 0..5 (MK_AVX2_ROWS); "
+                                "MK_TD_REST_EACH covers 1..5 rows");
 
 #endif

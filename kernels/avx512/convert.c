@@ -28,16 +28,5 @@ static inline __m512 bf16_to_f32_16(__m256i h)
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* y[i] = binary16 x[i] widened, i < n. */
-void mk_avx512_widen_f16(const void *x, int64_t n, float *y)
-{
-    assert(n >= 0 && (n == 0 || (x && y)));
-    widen(x, n, y, f16_to_f32_16);
-}
-
-/* y[i] = bfloat16 x[i] widened (the high half of its float), i < n. */
-void mk_avx512_widen_bf16(const void *x, int64_t n, float *y)
-{
-    assert(n >= 0 && (n == 0 || (x && y)));
-    widen(x, n, y, bf16_to_f32_16);
-}
+/* y[i] = x[i] widened, i < n (binary16 and bfloat16). */
+MK_DEFINE_WIDEN(avx512, widen, f16_to_f32_16, bf16_to_f32_16)

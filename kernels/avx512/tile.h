@@ -32,7 +32,7 @@
 #define MK_AVX512_MR_MAX 14
 _Static_assert(MK_AVX512_MR >= 8 && MK_AVX512_MR <= MK_AVX512_MR_MAX &&
                    MK_AVX512_MR <= 15,
-               "MK_AVX512_STRIPS covers a remainder of at most 15 rows");
+               "MK_TD_REST_HALVING covers a remainder of at most 15 rows");
 
 #ifndef MK_AVX512_PREFETCH_ROWS
 #define MK_AVX512_PREFETCH_ROWS 8
@@ -141,28 +141,12 @@ mk_avx512_tile(const int mr, const unsigned flags, int64_t k, const float *a,
     }
 }
 
-/* Runs STRIP(rows, i0) over rows [0, m) in strips: full MK_AVX512_MR
- * strips, then the remainder as strips of 8, 4, 2 and 1 rows, so only five
- * tile heights are compiled (rows is a constant at every expansion). */
-#define MK_AVX512_STRIPS(m, STRIP)                                      \
-    do {                                                                \
-        int64_t i0_ = 0;                                                \
-        for (; i0_ + MK_AVX512_MR <= (m); i0_ += MK_AVX512_MR)          \
-            STRIP(MK_AVX512_MR, i0_);                                   \
-        if ((m) - i0_ >= 8) {                                           \
-            STRIP(8, i0_);                                              \
-            i0_ += 8;                                                   \
-        }                                                               \
-        if ((m) - i0_ >= 4) {                                           \
-            STRIP(4, i0_);                                              \
-            i0_ += 4;                                                   \
-        }                                                               \
-        if ((m) - i0_ >= 2) {                                           \
-            STRIP(2, i0_);                                              \
-            i0_ += 2;                                                   \
-        }                                                               \
-        if ((m) - i0_ >= 1)                                             \
-            STRIP(1, i0_);                                              \
-    } while (0)
+/* The bindings of the shared drivers (kernels/tile_driver.h): a
+ * remainder is cut into strips of 8, 4, 2 and 1 rows, so only five tile
+ * heights are compiled whatever MK_AVX512_MR. */
+#define MK_TILE mk_avx512_tile
+#define MK_TILE_MR MK_AVX512_MR
+#define MK_TILE_NR MK_AVX512_NR
+#define MK_TILE_REST MK_TD_REST_HALVING
 
 #endif

@@ -23,40 +23,34 @@ static inline float32x4_t f16x4_to_f32(uint16x4_t h)
     return vbslq_f32(nan, vreinterpretq_f32_u32(nan_bits), y);
 }
 
-void mk_neon_widen_f16(const void *xv, int64_t n, float *y)
+/* Four bfloat16 values (as bits) to fp32: the high half of each float. */
+static inline float32x4_t bf16x4_to_f32(uint16x4_t h)
 {
-    const uint16_t *x = xv;
-    assert(n >= 0 && (n == 0 || (x && y)));
+    return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
+}
+
+/* y[0..n) from x[0..n) through widen4, which maps 4 uint16 to 4 floats;
+ * the tail goes through a zero-padded buffer, so nothing past n is read
+ * or written. */
+static inline __attribute__((always_inline)) void
+widen(const uint16_t *x, int64_t n, float *y,
+      float32x4_t (*widen4)(uint16x4_t))
+{
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         uint16x8_t h = vld1q_u16(x + i);
-        vst1q_f32(y + i, f16x4_to_f32(vget_low_u16(h)));
-        vst1q_f32(y + i + 4, f16x4_to_f32(vget_high_u16(h)));
+        vst1q_f32(y + i, widen4(vget_low_u16(h)));
+        vst1q_f32(y + i + 4, widen4(vget_high_u16(h)));
     }
     for (; i < n; i += 4) {
         size_t lanes = (size_t)(n - i < 4 ? n - i : 4);
         uint16_t in[4] = {0};
         float out[4];
         memcpy(in, x + i, lanes * sizeof *in);
-        vst1q_f32(out, f16x4_to_f32(vld1_u16(in)));
+        vst1q_f32(out, widen4(vld1_u16(in)));
         memcpy(y + i, out, lanes * sizeof *out);
     }
 }
 
-void mk_neon_widen_bf16(const void *xv, int64_t n, float *y)
-{
-    const uint16_t *x = xv;
-    assert(n >= 0 && (n == 0 || (x && y)));
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint16x8_t h = vld1q_u16(x + i);
-        vst1q_f32(y + i,
-                  vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)));
-        vst1q_f32(y + i + 4,
-                  vreinterpretq_f32_u32(vshll_high_n_u16(h, 16)));
-    }
-    for (; i < n; i++) {
-        uint32_t bits = (uint32_t)x[i] << 16;
-        memcpy(y + i, &bits, sizeof bits);
-    }
-}
+/* y[i] = x[i] widened, i < n (binary16 and bfloat16). */
+MK_DEFINE_WIDEN(neon, widen, f16x4_to_f32, bf16x4_to_f32)

@@ -148,12 +148,9 @@ void mk_neon_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
     assert(ldq >= 0 && ldk >= 0 && (m <= 1 || lds >= n));
     if (m == 0 || n == 0)
         return;
-    switch (kt) {
-    case MK_F32: qk_typed(q, ldq, m, k, MK_F32, ldk, n, d, s, lds); break;
-    case MK_F16: qk_typed(q, ldq, m, k, MK_F16, ldk, n, d, s, lds); break;
-    case MK_BF16: qk_typed(q, ldq, m, k, MK_BF16, ldk, n, d, s, lds); break;
-    case MK_DTYPE_COUNT: break;
-    }
+#define QK_TYPED(T) qk_typed(q, ldq, m, k, T, ldk, n, d, s, lds)
+    MK_FOR_DTYPE(kt, QK_TYPED)
+#undef QK_TYPED
 }
 
 /* o[i][c, c + 4) += sum over the NK keys vr[x] of p[i][x] * V[x][c, ...),
@@ -232,10 +229,7 @@ void mk_neon_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     }
     if (m == 0 || n == 0)
         return;
-    switch (vt) {
-    case MK_F32: pv_typed(p, ldp, m, n, v, MK_F32, ldv, dv, o, ldo); break;
-    case MK_F16: pv_typed(p, ldp, m, n, v, MK_F16, ldv, dv, o, ldo); break;
-    case MK_BF16: pv_typed(p, ldp, m, n, v, MK_BF16, ldv, dv, o, ldo); break;
-    case MK_DTYPE_COUNT: break;
-    }
+#define PV_TYPED(T) pv_typed(p, ldp, m, n, v, T, ldv, dv, o, ldo)
+    MK_FOR_DTYPE(vt, PV_TYPED)
+#undef PV_TYPED
 }

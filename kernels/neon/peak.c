@@ -1,30 +1,21 @@
 /*
- * The NEON peak (the table's fma_chains, for the benchmark): independent
- * 128-bit FMA chains (Advanced SIMD is baseline
- * on AArch64: no flags). 16 chains cover a 4-cycle FMA latency on up to four
- * pipes; 16 accumulators and 2 constants use 18 of the 32 registers.
+ * The NEON peak (the table's fma_chains, for the benchmark): the driver of
+ * kernels/peak_driver.h on 128-bit FMA chains (Advanced SIMD is baseline
+ * on AArch64: no flags). 16 chains cover a 4-cycle FMA latency on up to
+ * four pipes; 16 accumulators and the constant use 17 of the 32 registers.
  */
 #include <arm_neon.h>
 
 #include "neon.h"
 
-enum { CHAINS = 16, LANES = 4 };
+#define MK_V float32x4_t
+#define MK_W 4
+#define MK_PEAK_CHAINS 16
+#define mk_v_set1 vdupq_n_f32
+/* a * b + c: VFMA takes the addend first. */
+#define mk_v_fma(a, b, c) vfmaq_f32((c), (a), (b))
+#define mk_v_add vaddq_f32
+#define mk_v_hsum vaddvq_f32
 
-const double mk_neon_fma_chains_flops = 2.0 * CHAINS * LANES;
-
-float mk_neon_fma_chains(int64_t iterations)
-{
-    const float32x4_t mul = vdupq_n_f32(0.5f);
-    const float32x4_t add = vdupq_n_f32(0.5f);
-    float32x4_t acc[CHAINS];
-    for (int c = 0; c < CHAINS; ++c)
-        acc[c] = vdupq_n_f32((float)c);
-    for (int64_t i = 0; i < iterations; ++i) {
-        for (int c = 0; c < CHAINS; ++c)
-            acc[c] = vfmaq_f32(add, acc[c], mul); /* add + acc * mul */
-    }
-    float32x4_t total = acc[0];
-    for (int c = 1; c < CHAINS; ++c)
-        total = vaddq_f32(total, acc[c]);
-    return vaddvq_f32(total);
-}
+#define MK_ISA neon
+#include "peak_driver.h"

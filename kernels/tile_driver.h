@@ -1,0 +1,289 @@
+/*
+ * The matmul drivers (Q·Kᵀ, P·V, the layer's linear) written once over an
+ * ISA's register tile, as softmax_driver.h writes the softmax step once
+ * over vector primitives: what stays per ISA is the tile (its intrinsics),
+ * its size and how its strip heights are compiled, not the loops around it
+ * (docs/design.md, "The house").
+ *
+ * An ISA's tile header defines, before a file includes this one:
+ *   MK_TILE(mr, flags, k, a, lda, b, ldb, c_scale, bias, c, ldc, nr)
+ *                 the always_inline tile (flags of tile_flags.h):
+ *                 c[r][j] = init + sum_{p<k} a[r*lda + p] * b[p*ldb + j]
+ *   MK_TILE_MR    rows of a full strip
+ *   MK_TILE_NR    columns of a tile, and of a packed panel
+ *   MK_TILE_REST  the strip heights of a remainder: MK_TD_REST_EACH or
+ *                 MK_TD_REST_HALVING (below)
+ *
+ * Every tile call passes mr and flags as constants (the drivers are
+ * always_inline down to the tile and each strip height is its own
+ * expansion), so every combination compiles to a straight-line tile.
+ * Edges change only which lanes a tile loads and stores, and a strip's
+ * height never changes an element's sum, so the drivers keep the
+ * determinism contract of kernels.h whatever m, n and the strip split.
+ */
+#ifndef MK_TILE
+#error "include the ISA's tile header (it defines MK_TILE) before tile_driver.h"
+#endif
+
+#ifndef MK_TILE_DRIVER_H
+#define MK_TILE_DRIVER_H
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tile_flags.h"
+
+#define MK_TD_INLINE static inline __attribute__((always_inline))
+
+/* ---- Strips ------------------------------------------------------------ */
+
+/* Runs STRIP(rows, i0) over rows [0, m): full strips of MK_TILE_MR rows,
+ * then the remainder through MK_TILE_REST. rows is a constant at every
+ * expansion, so each strip height gets a tile compiled for it. */
+#define MK_TD_STRIPS(m, STRIP)                                        \
+    do {                                                              \
+        const int64_t m_ = (m);                                       \
+        int64_t i0_ = 0;                                              \
+        for (; i0_ + MK_TILE_MR <= m_; i0_ += MK_TILE_MR)             \
+            STRIP(MK_TILE_MR, i0_);                                   \
+        if (i0_ < m_)                                                 \
+            MK_TILE_REST(m_ - i0_, i0_, STRIP);                       \
+    } while (0)
+
+/* A remainder of 1..5 rows as one strip of its own height: six heights
+ * compiled, one tile call per remainder (for a strip of at most 6 rows). */
+#define MK_TD_REST_EACH(rest, i0, STRIP)                              \
+    switch (rest) {                                                   \
+    case 5: STRIP(5, i0); break;                                      \
+    case 4: STRIP(4, i0); break;                                      \
+    case 3: STRIP(3, i0); break;                                      \
+    case 2: STRIP(2, i0); break;                                      \
+    default: STRIP(1, i0); break;                                     \
+    }
+
+/* A remainder of 1..15 rows as strips of 8, 4, 2 and 1 rows: only five
+ * heights compiled, however tall the full strip. */
+#define MK_TD_REST_HALVING(rest, i0, STRIP)                           \
+    do {                                                              \
+        int64_t r_ = (rest), h0_ = (i0);                              \
+        if (r_ >= 8) { STRIP(8, h0_); h0_ += 8; r_ -= 8; }            \
+        if (r_ >= 4) { STRIP(4, h0_); h0_ += 4; r_ -= 4; }            \
+        if (r_ >= 2) { STRIP(2, h0_); h0_ += 2; r_ -= 2; }            \
+        if (r_ >= 1) STRIP(1, h0_);                                   \
+    } while (0)
+
+/* ---- S = Q Kᵀ ------------------------------------------------------- */
+
+/* One strip of mr query rows against every packed key panel. */
+MK_TD_INLINE void mk_td_qk_strip(const int mr, const float *q, ptrdiff_t ldq,
+                                 const float *kp, int64_t n, int64_t d,
+                                 float *s, ptrdiff_t lds)
+{
+    int64_t j0 = 0;
+    for (; j0 + MK_TILE_NR <= n; j0 += MK_TILE_NR)
+        MK_TILE(mr, 0, d, q, ldq, kp + j0 * d, MK_TILE_NR, NULL, NULL,
+                s + j0, lds, MK_TILE_NR);
+    if (j0 < n) /* the panel is zero-padded: only the store narrows */
+        MK_TILE(mr, MK_TILE_C_NARROW, d, q, ldq, kp + j0 * d, MK_TILE_NR,
+                NULL, NULL, s + j0, lds, n - j0);
+}
+
+/* The qk slot (kernels.h): strips of query rows, read in place, sweep the
+ * key panels; the last panel may be partly padding. kp is packed by the
+ * ISA's pack for n keys of depth d. */
+static inline void mk_td_qk(const float *q, ptrdiff_t ldq, int64_t m,
+                            const float *kp, int64_t n, int64_t d, float *s,
+                            ptrdiff_t lds)
+{
+    assert(m >= 0 && n >= 0 && d >= 0 && ldq >= 0);
+    assert((m == 0 || n == 0) || (q && kp && s));
+    assert(m <= 1 || lds >= n);
+#define MK_TD_QK_STRIP(mr, i0) \
+    mk_td_qk_strip(mr, q + (i0) * ldq, ldq, kp, n, d, s + (i0) * lds, lds)
+    MK_TD_STRIPS(m, MK_TD_QK_STRIP);
+#undef MK_TD_QK_STRIP
+}
+
+/* Defines mk_<isa>_qk_<tile> (the naming rule of table_init.h) as
+ * mk_td_qk over this tile. */
+#define MK_TD_DEFINE_QK(isa, tile)                                        \
+    void mk_##isa##_qk_##tile(const float *q, ptrdiff_t ldq, int64_t m,    \
+                              const float *kp, int64_t n, int64_t d,       \
+                              float *s, ptrdiff_t lds)                     \
+    {                                                                      \
+        mk_td_qk(q, ldq, m, kp, n, d, s, lds);                             \
+    }
+
+/* ---- O = alpha O + P V ---------------------------------------------- */
+
+/* The two orders a P·V sweep can take. By rows: each strip of P goes
+ * through every column block of V, prefetching the o rows of the next
+ * block. By columns: each column block of V is gone through by every strip
+ * of P, so the block's V columns stay in L1 across the strips. The sums
+ * are the same in either order (one chain per element, in key order). */
+enum { MK_TD_BY_ROWS = 0, MK_TD_BY_COLUMNS = 1 };
+
+/* One strip of mr rows against every column block of v, keys 0..jn-1
+ * (the by-rows order). */
+MK_TD_INLINE void mk_td_pv_strip(const int mr, const unsigned flags,
+                                 const unsigned narrow, const float *p,
+                                 ptrdiff_t ldp, int64_t jn, const float *v,
+                                 ptrdiff_t ldv, int64_t dv,
+                                 const float *alpha, float *o, ptrdiff_t ldo)
+{
+    int64_t c0 = 0;
+    for (; c0 + MK_TILE_NR <= dv; c0 += MK_TILE_NR)
+        MK_TILE(mr, flags | MK_TILE_PREFETCH_C_NEXT, jn, p, ldp, v + c0, ldv,
+                alpha, NULL, o + c0, ldo, MK_TILE_NR);
+    if (c0 < dv)
+        MK_TILE(mr, flags | narrow, jn, p, ldp, v + c0, ldv, alpha, NULL,
+                o + c0, ldo, dv - c0);
+}
+
+/*
+ * o[i][c] (+)= sum_{j<jn} p[i][j] * v[j][c] for i < m, c < dv, in the
+ * given order. flags (constant): MK_TILE_INIT_SCALED (start from
+ * alpha * o) or MK_TILE_INIT_LOAD (continue the sums in o), plus
+ * MK_TILE_PREFETCH_B when v is read in place. narrow (constant): the flags
+ * of a last column block narrower than MK_TILE_NR: C_NARROW, plus B_NARROW
+ * when v's rows end there too (not when v is a zero-padded panel).
+ */
+MK_TD_INLINE void mk_td_pv_sweep(const int order, const unsigned flags,
+                                 const unsigned narrow, const float *p,
+                                 ptrdiff_t ldp, int64_t m, int64_t jn,
+                                 const float *v, ptrdiff_t ldv, int64_t dv,
+                                 const float *alpha, float *o, ptrdiff_t ldo)
+{
+    if (order == MK_TD_BY_ROWS) {
+#define MK_TD_PV_STRIP(mr, i0)                                            \
+    mk_td_pv_strip(mr, flags, narrow, p + (i0) * ldp, ldp, jn, v, ldv, dv, \
+                   alpha + (i0), o + (i0) * ldo, ldo)
+        MK_TD_STRIPS(m, MK_TD_PV_STRIP);
+#undef MK_TD_PV_STRIP
+        return;
+    }
+    for (int64_t c0 = 0; c0 < dv; c0 += MK_TILE_NR) {
+        const int64_t nr = dv - c0;
+#define MK_TD_PV_BLOCK(mr, i0, FLAGS, NR)                                 \
+    MK_TILE(mr, FLAGS, jn, p + (i0) * ldp, ldp, v + c0, ldv, alpha + (i0), \
+            NULL, o + (i0) * ldo + c0, ldo, NR)
+#define MK_TD_PV_FULL(mr, i0) MK_TD_PV_BLOCK(mr, i0, flags, MK_TILE_NR)
+#define MK_TD_PV_NARROW(mr, i0) MK_TD_PV_BLOCK(mr, i0, flags | narrow, nr)
+        if (nr >= MK_TILE_NR)
+            MK_TD_STRIPS(m, MK_TD_PV_FULL);
+        else
+            MK_TD_STRIPS(m, MK_TD_PV_NARROW);
+#undef MK_TD_PV_NARROW
+#undef MK_TD_PV_FULL
+#undef MK_TD_PV_BLOCK
+    }
+}
+
+/* V read in place: every element alpha * o, then one FMA per key. */
+MK_TD_INLINE void mk_td_pv_in_place(const int order, const float *p,
+                                    ptrdiff_t ldp, int64_t m, int64_t n,
+                                    const float *v, ptrdiff_t ldv, int64_t dv,
+                                    const float *alpha, float *o,
+                                    ptrdiff_t ldo)
+{
+    mk_td_pv_sweep(order, MK_TILE_INIT_SCALED | MK_TILE_PREFETCH_B,
+                   MK_TILE_B_NARROW | MK_TILE_C_NARROW, p, ldp, m, n, v, ldv,
+                   dv, alpha, o, ldo);
+}
+
+/* One chunk of keys copied to the stack (p already offset to its first
+ * key): the first chunk starts from alpha * o, a later one continues the
+ * sums carried in o, so each element still sums its keys in key order. */
+MK_TD_INLINE void mk_td_pv_chunk(const int order, const unsigned narrow,
+                                 int first, const float *p, ptrdiff_t ldp,
+                                 int64_t m, int64_t jn, const float *v,
+                                 ptrdiff_t ldv, int64_t dv,
+                                 const float *alpha, float *o, ptrdiff_t ldo)
+{
+    if (first)
+        mk_td_pv_sweep(order, MK_TILE_INIT_SCALED, narrow, p, ldp, m, jn, v,
+                       ldv, dv, alpha, o, ldo);
+    else
+        mk_td_pv_sweep(order, MK_TILE_INIT_LOAD, narrow, p, ldp, m, jn, v,
+                       ldv, dv, alpha, o, ldo);
+}
+
+/* The preconditions of the pv slot (kernels.h). */
+static inline void mk_td_pv_check(const float *p, ptrdiff_t ldp, int64_t m,
+                                  int64_t n, const float *v, ptrdiff_t ldv,
+                                  int64_t dv, const float *alpha,
+                                  const float *o, ptrdiff_t ldo)
+{
+    assert(m >= 0 && n >= 0 && dv >= 0 && ldp >= 0 && ldv >= 0);
+    assert((m == 0 || dv == 0) || (alpha && o && (n == 0 || (p && v))));
+    assert(m <= 1 || ldo >= dv);
+    (void)p, (void)ldp, (void)m, (void)n, (void)v, (void)ldv, (void)dv;
+    (void)alpha, (void)o, (void)ldo;
+}
+
+/* ---- The layer's linear ------------------------------------------------- */
+
+/* Output columns per block: the block's panels (NC x k floats) stay in L2
+ * while every strip of a sweeps them. */
+#ifndef MK_TD_LINEAR_NC
+#define MK_TD_LINEAR_NC 256
+#endif
+
+/* One strip of mr rows of a against the panels of columns j0..j1-1, the
+ * bias added once after the sum, the last panel narrowed. */
+MK_TD_INLINE void mk_td_linear_strip(const int mr, const float *a,
+                                     ptrdiff_t lda, const float *wp,
+                                     int64_t j0, int64_t j1, int64_t k,
+                                     const float *bias, float *c,
+                                     ptrdiff_t ldc)
+{
+    for (int64_t j = j0; j < j1; j += MK_TILE_NR) {
+        const float *panel = wp + j * k;
+        const int64_t nr = j1 - j < MK_TILE_NR ? j1 - j : MK_TILE_NR;
+#define MK_TD_LINEAR_TILE(FLAGS, BIAS)                                  \
+    MK_TILE(mr, FLAGS, k, a, lda, panel, MK_TILE_NR, NULL, BIAS, c + j, \
+            ldc, nr)
+        if (bias && nr < MK_TILE_NR)
+            MK_TD_LINEAR_TILE(MK_TILE_ADD_BIAS | MK_TILE_C_NARROW, bias + j);
+        else if (bias)
+            MK_TD_LINEAR_TILE(MK_TILE_ADD_BIAS, bias + j);
+        else if (nr < MK_TILE_NR)
+            MK_TD_LINEAR_TILE(MK_TILE_C_NARROW, NULL);
+        else
+            MK_TD_LINEAR_TILE(0, NULL);
+#undef MK_TD_LINEAR_TILE
+    }
+}
+
+/* The linear slot (kernels.h): columns in blocks of MK_TD_LINEAR_NC, each
+ * swept by every strip of a. wp is packed by the ISA's pack (ldx = k) for
+ * n x k. */
+static inline void mk_td_linear(const float *a, ptrdiff_t lda, int64_t m,
+                                const float *wp, int64_t n, int64_t k,
+                                const float *bias, float *c, ptrdiff_t ldc)
+{
+    assert(m >= 0 && n >= 0 && k >= 0 && lda >= 0);
+    assert((m == 0 || n == 0) || (a && wp && c));
+    assert(m <= 1 || ldc >= n);
+    for (int64_t j0 = 0; j0 < n; j0 += MK_TD_LINEAR_NC) {
+        const int64_t j1 = n - j0 < MK_TD_LINEAR_NC ? n : j0 + MK_TD_LINEAR_NC;
+#define MK_TD_LINEAR_STRIP(mr, i0)                                        \
+    mk_td_linear_strip(mr, a + (i0) * lda, lda, wp, j0, j1, k, bias,      \
+                       c + (i0) * ldc, ldc)
+        MK_TD_STRIPS(m, MK_TD_LINEAR_STRIP);
+#undef MK_TD_LINEAR_STRIP
+    }
+}
+
+/* Defines mk_<isa>_linear_<tile> as mk_td_linear over this tile. */
+#define MK_TD_DEFINE_LINEAR(isa, tile)                                    \
+    void mk_##isa##_linear_##tile(const float *a, ptrdiff_t lda,          \
+                                  int64_t m, const float *wp, int64_t n,  \
+                                  int64_t k, const float *bias, float *c, \
+                                  ptrdiff_t ldc)                          \
+    {                                                                     \
+        mk_td_linear(a, lda, m, wp, n, k, bias, c, ldc);                  \
+    }
+
+#endif
