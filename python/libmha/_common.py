@@ -65,8 +65,13 @@ def dtype_name(x: Any) -> str:
 def as_array(x: Any) -> Any:
     """x itself when it has a shape (NumPy, PyTorch); else a NumPy view."""
     if hasattr(x, "shape") and hasattr(x, "dtype"):
-        if is_torch(x) and x.requires_grad:
-            return x.detach()
+        if is_torch(x):
+            if x.device.type != "cpu":
+                raise_error(_mha.DeviceError, 7,
+                            f"a tensor is on device {x.device}; libmha computes on the "
+                            "CPU: move it there first (.cpu())")
+            if x.requires_grad:
+                return x.detach()
         return x
     if hasattr(x, "__dlpack__") and not hasattr(x, "__array_interface__"):
         return np.from_dlpack(x)

@@ -89,3 +89,17 @@ def test_layer_shapes():
         m(a, b, b)
     with pytest.raises(libmha.MaskError, match="key_padding_mask"):
         m(a, a, a, key_padding_mask=np.zeros((1, 2), bool))
+
+
+def test_gpu_array_refused():
+    class OnCuda:  # what a CUDA tensor's DLPack methods answer
+        shape, dtype = (1, 1, 2, 8), np.dtype(np.float32)
+        def __dlpack_device__(self):
+            return (2, 0)
+        def __dlpack__(self, stream=None):
+            raise AssertionError("must not be exported")
+
+    q = np.zeros((1, 1, 2, 8), np.float32)
+    with pytest.raises(libmha.DeviceError, match="CUDA device") as e:
+        libmha.scaled_dot_product_attention(q, OnCuda(), q)
+    assert e.value.status == 7

@@ -85,5 +85,5 @@ def test_layer_state_dict_and_sequence_first():
 
 def test_meta_device_refused():
     q = torch.empty(1, 1, 2, 8, device="meta")
-    with pytest.raises(libmha.Error):
+    with pytest.raises(libmha.DeviceError, match="meta"):
         libmha.scaled_dot_product_attention(q, q, q)
