@@ -1,0 +1,205 @@
+"""libmha: multi-head attention on CPUs, for NumPy arrays and PyTorch tensors.
+
+A thin binding over libmha's C API. Arrays are read in place (buffer
+protocol, DLPack, ``__array_interface__``), with their strides; the GIL is
+released during a call.
+
+    import libmha
+    out = libmha.scaled_dot_product_attention(q, k, v, is_causal=True)
+    mha = libmha.MultiheadAttention.from_torch(torch_module)
+    y, w = mha(x, x, x)
+
+Mask polarity follows PyTorch in each entry point: a boolean ``attn_mask``
+of :func:`scaled_dot_product_attention` is True where a query attends;
+the boolean masks of :class:`MultiheadAttention` are True where a key is
+masked out. Float masks are added to the scores in both.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, List, Optional
+
+import numpy as np
+
+from . import _mha
+from ._common import ArrayLike, as_array, dtype_name, expand_keys, float32, get_engine
+from ._common import is_torch, like, pick_engine, raise_error
+from ._layer import MultiheadAttention
+from ._mha import (ArgumentError, DeviceError, DTypeError, Engine, Error, MaskError,
+                   NullPointerError, OutOfMemoryError, ShapeError, SizeOverflowError,
+                   StrideError, UnsupportedError)
+
+__version__: str = _mha.version()
+
+__all__ = [
+    "scaled_dot_product_attention", "attention", "MultiheadAttention", "Engine",
+    "get_engine", "isa", "isas", "available_isas", "version", "__version__",
+    "Error", "ShapeError", "StrideError", "MaskError", "ArgumentError",
+    "UnsupportedError", "DTypeError", "DeviceError", "NullPointerError",
+    "SizeOverflowError", "OutOfMemoryError",
+]
+
+
+def version() -> str:
+    """The C library's version (``mha_version()``), e.g. ``"0.1.0"``."""
+    return _mha.version()
+
+
+def isas() -> List[str]:
+    """Every ISA libmha knows, best first, whether this machine runs it or not."""
+    return [name for name, _, _ in _mha.isas()]
+
+
+def available_isas() -> List[str]:
+    """The ISAs an engine can be created with here (built and run by this CPU),
+    best first."""
+    return [name for name, _, ok in _mha.isas() if ok]
+
+
+def isa(num_threads: Optional[int] = None) -> str:
+    """The ISA the default engine picked (``MHA_ISA`` in the environment overrides)."""
+    return get_engine(num_threads, None).isa
+
+
+def _heads_and_seq(x: Any) -> tuple:
+    s = tuple(x.shape)
+    return (s[1], s[2]) if len(s) == 4 else (1, s[1]) if len(s) == 3 else (None, None)
+
+
+def scaled_dot_product_attention(
+    query: ArrayLike,
+    key: ArrayLike,
+    value: ArrayLike,
+    attn_mask: Optional[ArrayLike] = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: Optional[float] = None,
+    enable_gqa: bool = False,
+    *,
+    num_threads: Optional[int] = None,
+    isa: Optional[str] = None,
+    engine: Optional[Engine] = None,
+) -> Any:
+    """``torch.nn.functional.scaled_dot_product_attention`` on the CPU with libmha.
+
+    Args:
+        query: ``[B, H, L, d]`` (or ``[B, L, d]``, one head), float32, float16
+            or bfloat16. A half-precision query is widened to float32 (a copy)
+            and the result narrowed back to its dtype, as PyTorch returns.
+        key, value: ``[B, Hkv, S, d]`` and ``[B, Hkv, S, dv]``; float32,
+            float16 or bfloat16, read in place with their strides.
+        attn_mask: broadcastable to ``[B, H, L, S]``. Boolean: **True = attend**
+            (as in PyTorch SDPA), read in place. Float: added to the scaled
+            scores (``-inf`` masks); float32 is read in place, other float
+            dtypes are converted.
+        dropout_p: must be 0 (inference only).
+        is_causal: top-left causal mask (query i sees keys j <= i), as PyTorch;
+            may be combined with ``attn_mask``.
+        scale: score scale; None means ``1/sqrt(d)``.
+        enable_gqa: allow ``Hkv`` dividing ``H`` (grouped-query attention).
+        num_threads, isa, engine: the libmha engine to run on (see
+            :func:`get_engine`).
+
+    Returns:
+        ``[B, H, L, dv]`` of the query's kind (NumPy array or PyTorch tensor)
+        and dtype. The last axis of every array must be contiguous.
+        Rows whose every key is masked are zeros (PyTorch gives NaN).
+
+    Raises:
+        libmha.Error subclasses carrying the library's message, e.g.
+        ShapeError, StrideError, MaskError, DTypeError, DeviceError.
+    """
+    if dropout_p:
+        raise_error(ArgumentError, 8, f"dropout_p={dropout_p}: libmha is inference only (0 required)")
+    if scale is not None and not scale:
+        raise_error(ArgumentError, 8,
+                    "scale=0: libmha reads a scale of 0 as 1/sqrt(d); pass None for that")
+    eng = pick_engine(engine, num_threads, isa)
+    q, k, v = as_array(query), as_array(key), as_array(value)
+    hq, lq = _heads_and_seq(q)
+    hk, lk = _heads_and_seq(k)
+    if not enable_gqa and hq is not None and hk is not None and hq != hk:
+        raise_error(ShapeError, 2,
+                    f"key has {hk} heads and query {hq}: pass enable_gqa=True for "
+                    "grouped-query attention")
+    keep = bias = None
+    if attn_mask is not None:
+        m = as_array(attn_mask)
+        if dtype_name(m) == "bool":
+            keep = m
+        elif dtype_name(m) in ("uint8", "int8"):
+            raise_error(DTypeError, 7,
+                        f"attn_mask has dtype {dtype_name(m)}; pass a bool mask (True = attend) "
+                        "or a float mask")
+        else:
+            bias = float32(m) if dtype_name(m).startswith(("float", "bfloat")) else m
+        if lk is not None:
+            if keep is not None:
+                keep = expand_keys(keep, lk)
+            else:
+                bias = expand_keys(bias, lk)
+    qshape = tuple(q.shape)
+    vshape = tuple(v.shape)
+    out_shape = qshape[:-1] + (vshape[-1] if vshape else 0,)
+    out = np.empty(out_shape, dtype=np.float32)
+    _mha.attention(eng, q, k, v, out, layout="bhsd", keep=keep, bias=bias,
+                   causal=_mha.CAUSAL_TOP_LEFT if is_causal else 0,
+                   scale=float(scale) if scale is not None else 0.0)
+    return like(query, out, q)
+
+
+def attention(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    layout: str = "bshd",
+    keep: Optional[ArrayLike] = None,
+    bias: Optional[ArrayLike] = None,
+    causal: str = "none",
+    key_lengths: Optional[ArrayLike] = None,
+    scale: Optional[float] = None,
+    need_weights: bool = False,
+    out: Optional[np.ndarray] = None,
+    num_threads: Optional[int] = None,
+    isa: Optional[str] = None,
+    engine: Optional[Engine] = None,
+) -> Any:
+    """``mha_attention`` with the C API's own conventions.
+
+    Args:
+        q, k, v: ``[B, L, H, d]`` (``layout="bshd"``, the C API's) or
+            ``[B, H, L, d]`` (``"bhsd"``); q float32/float16/bfloat16, k and v
+            float32/float16/bfloat16, strides as they are (last axis contiguous).
+        keep: bool or uint8 broadcastable to ``[B, H, Lq, Lk]``, nonzero = attend.
+        bias: float32 broadcastable to ``[B, H, Lq, Lk]``, added to the scores.
+        causal: ``"none"``, ``"top_left"`` or ``"bottom_right"`` (a KV cache).
+        key_lengths: int32 ``[B]``: keys at or past it are masked and never read.
+        scale: None for ``1/sqrt(d)``.
+        need_weights: also return the probabilities ``[B, H, Lq, Lk]``.
+        out: a float32 output array to write (NumPy, q's layout); else allocated.
+
+    Returns:
+        out, or (out, weights) with ``need_weights``.
+    """
+    modes = {"none": 0, "top_left": 1, "bottom_right": 2}
+    if causal not in modes:
+        raise_error(ArgumentError, 8, f"causal must be one of {sorted(modes)}, not {causal!r}")
+    eng = pick_engine(engine, num_threads, isa)
+    qa, va = as_array(q), as_array(v)
+    if out is None:
+        out = np.empty(tuple(qa.shape)[:-1] + (tuple(va.shape)[-1],), dtype=np.float32)
+    weights = None
+    if need_weights:
+        qs, ks = tuple(qa.shape), tuple(as_array(k).shape)
+        if len(qs) == 4 and len(ks) == 4:
+            b, h, lq = (qs[0], qs[1], qs[2]) if layout == "bhsd" else (qs[0], qs[2], qs[1])
+            lk = ks[2] if layout == "bhsd" else ks[1]
+        else:
+            b, h, lq, lk = qs[0], 1, qs[1], ks[1]
+        weights = np.empty((b, h, lq, lk), dtype=np.float32)
+    _mha.attention(eng, qa, as_array(k), va, out, layout=layout, keep=keep, bias=bias,
+                   causal=modes[causal], scale=float(scale) if scale is not None else 0.0,
+                   weights=weights, key_lengths=key_lengths)
+    result = like(q, out)
+    return (result, like(q, weights)) if need_weights else result
