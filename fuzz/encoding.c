@@ -39,8 +39,11 @@ mha_isa isa_of_code(unsigned code, int *null_config)
     case ISA_NEGATIVE: return (mha_isa)-1;
     case ISA_HUGE: return (mha_isa)1000;
     case ISA_INT_MIN: return (mha_isa)INT_MIN;
-    default: *null_config = 1; return MHA_ISA_AUTO;
+    case ISA_NULL_CONFIG:
+    case ISA_SPECIALS: break;
     }
+    *null_config = 1;
+    return MHA_ISA_AUTO;
 }
 
 int isa_is_valid(mha_isa isa)

@@ -42,8 +42,9 @@ const char *layout_name(test_layout layout)
     case LAYOUT_BHSD: return "bhsd";
     case LAYOUT_PAD_BSHD: return "padded-bshd";
     case LAYOUT_PAD_BHSD: return "padded-bhsd";
-    default: return "?";
+    case LAYOUT_COUNT: break;
     }
+    return "?";
 }
 
 /* Strides of a layout; padded layouts add 3 floats per row, 5 per seq (or
