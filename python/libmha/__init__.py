@@ -83,9 +83,10 @@ def scaled_dot_product_attention(
     """``torch.nn.functional.scaled_dot_product_attention`` on the CPU with libmha.
 
     Args:
-        query: ``[B, H, L, d]`` (or ``[B, L, d]``, one head), float32, float16
-            or bfloat16. A half-precision query is widened to float32 (a copy)
-            and the result narrowed back to its dtype, as PyTorch returns.
+        query: ``[B, H, L, d]`` (or ``[B, L, d]``, one head), float32: the
+            compute dtype this version of libmha has. A float16 or bfloat16
+            query raises the library's UnsupportedError (no silent widening
+            copy).
         key, value: ``[B, Hkv, S, d]`` and ``[B, Hkv, S, dv]``; float32,
             float16 or bfloat16, read in place with their strides.
         attn_mask: broadcastable to ``[B, H, L, S]``. Boolean: **True = attend**
@@ -101,8 +102,8 @@ def scaled_dot_product_attention(
             :func:`get_engine`).
 
     Returns:
-        ``[B, H, L, dv]`` of the query's kind (NumPy array or PyTorch tensor)
-        and dtype. The last axis of every array must be contiguous.
+        ``[B, H, L, dv]`` float32, of the query's kind (NumPy array or
+        PyTorch tensor). The last axis of every array must be contiguous.
         Rows whose every key is masked are zeros (PyTorch gives NaN).
 
     Raises:
@@ -145,7 +146,7 @@ def scaled_dot_product_attention(
     _mha.attention(eng, q, k, v, out, layout="bhsd", keep=keep, bias=bias,
                    causal=_mha.CAUSAL_TOP_LEFT if is_causal else 0,
                    scale=float(scale) if scale is not None else 0.0)
-    return like(query, out, q)
+    return like(query, out)
 
 
 def attention(

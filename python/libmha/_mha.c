@@ -171,29 +171,6 @@ static int get_engine(PyObject *o, const mha_engine **e)
 /* ------------------------------------------------------------------ */
 /* attention                                                           */
 
-/* q of a half dtype widened to a packed [B, S, H, D] float32 copy (the C API
- * takes q in float32 only). */
-static float *widen_q(const mha_tensor *q)
-{
-    int64_t rows = q->batch * q->seq * q->heads;
-    float *w = malloc((size_t)(rows * q->dim) * sizeof(float) + 1);
-    if (!w)
-        return NULL;
-    const uint16_t *src = q->data;
-    float *dst = w;
-    for (int64_t b = 0; b < q->batch; b++)
-        for (int64_t s = 0; s < q->seq; s++)
-            for (int64_t h = 0; h < q->heads; h++, dst += q->dim) {
-                const uint16_t *row = src + b * q->stride_batch + s * q->stride_seq +
-                                      h * q->stride_head;
-                if (q->dtype == MHA_F16)
-                    mha_f16_to_f32(row, (size_t)q->dim, dst);
-                else
-                    mha_bf16_to_f32(row, (size_t)q->dim, dst);
-            }
-    return w;
-}
-
 static PyObject *py_attention(PyObject *mod, PyObject *args, PyObject *kw)
 {
     (void)mod;
@@ -223,7 +200,6 @@ static PyObject *py_attention(PyObject *mod, PyObject *args, PyObject *kw)
     memset(&vq, 0, sizeof vq), memset(&vk, 0, sizeof vk);
     memset(&vv, 0, sizeof vv), memset(&vo_, 0, sizeof vo_);
     PyObject *result = NULL;
-    float *qwide = NULL;
     mha_attention_args a;
     memset(&a, 0, sizeof a);
     mha_mask mask;
@@ -249,27 +225,18 @@ static PyObject *py_attention(PyObject *mod, PyObject *args, PyObject *kw)
             goto done;
         a.weights = (float *)vw.data;
     }
+    /* A half-precision q goes to the library as it is: a compute dtype the
+     * library lacks is its MHA_ERR_UNSUPPORTED, never a silent widening
+     * copy here (docs/python.md). */
     mha_status st;
-    int oom = 0;
     Py_BEGIN_ALLOW_THREADS
-    if (a.q.dtype != MHA_F32 && a.q.batch > 0 && a.q.seq > 0 && a.q.heads > 0 &&
-        a.q.dim > 0) {
-        qwide = widen_q(&a.q);
-        if (qwide)
-            a.q = mha_tensor_bshd(qwide, a.q.batch, a.q.seq, a.q.heads, a.q.dim);
-        else
-            oom = 1;
-    }
-    st = oom ? MHA_ERR_OUT_OF_MEMORY : mha_attention(engine, &a);
+    st = mha_attention(engine, &a);
     Py_END_ALLOW_THREADS
-    if (oom)
-        PyErr_NoMemory();
-    else if (st != MHA_OK)
+    if (st != MHA_OK)
         raise_last(st);
     else
         result = Py_NewRef(Py_None);
 done:
-    free(qwide);
     view_release(&vq), view_release(&vk), view_release(&vv), view_release(&vo_);
     view_release(&vw);
     for (int i = 0; i < 3; i++)
