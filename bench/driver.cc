@@ -40,6 +40,10 @@ const Shape kShapes[] = {
     {"attention", 1, 32, 32, 1024, 1024, 128},
     {"attention", 4, 12, 12, 512, 512, 64},
     {"causal", 1, 16, 16, 2048, 2048, 64},
+    // A sliding window (causal, kWindowLeft keys to the left) beside the
+    // plain causal case of its shape: its cost grows with Lq x window.
+    {"window", 1, 16, 16, 8192, 8192, 64},
+    {"causal", 1, 16, 16, 8192, 8192, 64},
     {"decode", 1, 32, 32, 1, 4096, 128},
     {"decode", 8, 32, 32, 1, 2048, 128},
     {"decode", 1, 32, 32, 1, 4096, 128, MHA_F16},
@@ -48,6 +52,9 @@ const Shape kShapes[] = {
     {"layer", 1, 8, 8, 512, 512, 64},
     {"layer", 1, 16, 16, 2048, 2048, 64},
 };
+
+// Keys to the left of the diagonal a "window" case sees.
+constexpr int64_t kWindowLeft = 1024;
 
 // Steps of the peak microkernel per call: a few milliseconds on one core.
 constexpr int64_t kPeakIterations = int64_t{1} << 21;
@@ -241,8 +248,9 @@ std::vector<Shape> BaselineShapes()
     if (!bench_have_blas())
         return out;
     for (const Shape &s : kShapes) {
-        // The baseline computes in fp32 only.
-        bool seen = IsLayer(s) || s.kv != MHA_F32;
+        // The baseline computes in fp32 only, and its whole S of a
+        // window-length shape would not fit the cache of any machine.
+        bool seen = IsLayer(s) || s.kv != MHA_F32 || s.lq > 4096;
         for (const Shape &o : out)
             seen = seen || ShapeName(o) == ShapeName(s);
         if (!seen) {
@@ -277,8 +285,11 @@ bench_spec MakeSpec(const Shape &s, mha_isa isa, int threads)
     spec.lq = s.lq;
     spec.lk = s.lk;
     spec.d = s.d;
-    spec.causal = std::strcmp(s.kind, "causal") == 0 ? MHA_CAUSAL_BOTTOM_RIGHT
-                                                     : MHA_CAUSAL_NONE;
+    const bool window = std::strcmp(s.kind, "window") == 0;
+    spec.causal = std::strcmp(s.kind, "causal") == 0 || window
+                      ? MHA_CAUSAL_BOTTOM_RIGHT
+                      : MHA_CAUSAL_NONE;
+    spec.window_left = window ? kWindowLeft : 0;
     spec.layout = BENCH_LAYOUT_BSHD;
     spec.kv_dtype = s.kv;
     spec.isa = isa;

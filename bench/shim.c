@@ -28,6 +28,7 @@ struct bench_case {
     mha_engine *engine;
     mha_layer *layer;
     mha_mask mask;
+    mha_score_terms terms;
     mha_attention_args args; /* attention and BLAS */
     float *q, *k, *v, *out;  /* the layer: query, key (= value), out */
     float *scratch;          /* BLAS only */
@@ -220,6 +221,12 @@ bench_case *bench_case_create(const bench_spec *spec)
     c->spec = *spec;
     c->mask.causal = spec->causal;
     c->args.mask = spec->causal != MHA_CAUSAL_NONE ? &c->mask : NULL;
+    if (spec->window_left > 0) {
+        c->terms.window = 1;
+        c->terms.window_left = spec->window_left;
+        c->terms.window_right = -1;
+        c->args.terms = &c->terms;
+    }
     const int rc = spec->impl == BENCH_IMPL_LAYER ? setup_layer(c)
                                                   : setup_attention(c);
     if (rc != 0) {

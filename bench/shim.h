@@ -32,6 +32,8 @@ typedef struct bench_spec {
     bench_impl impl;
     int64_t batch, heads, kv_heads, lq, lk, d;
     mha_causal causal;
+    int64_t window_left; /* > 0: a sliding window of that many keys to the
+                            left (right side unbounded; with causal) */
     bench_layout layout;
     mha_dtype kv_dtype; /* K and V elements; not MHA_F32 only for attention */
     mha_isa isa; /* ignored by BENCH_IMPL_BLAS */

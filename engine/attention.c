@@ -21,18 +21,21 @@ static mha_scratch thread_scratch(const mha_plan *pl, float *base, int tid)
 }
 
 /* Streams keys [k_begin, k_end) of a row block into the accumulator o with
- * running max m and sum l (o, m, l start empty). With weights, a first
- * pass finds each row's final max and sum and a second turns the same
- * scores into the probabilities it writes and applies. */
+ * running max m and sum l (o, m, l start empty, or with_sink from the
+ * sink: a key of logit sink and value 0, so it joins the sum and the
+ * weights exclude its share; docs/design.md, "Score terms"). With
+ * weights, a first pass finds each row's final max and sum and a second
+ * turns the same scores into the probabilities it writes and applies. */
 static void stream_keys(const mk_table *t, const mha_problem *p,
                         const mha_plan *pl, const mha_row_block *rb,
                         const mha_scratch *sc, int64_t k_begin, int64_t k_end,
-                        float *o, float *m, float *l)
+                        int with_sink, float *o, float *m, float *l)
 {
     int64_t bk = pl->key_block;
+    with_sink = with_sink && rb->sink;
     for (int64_t r = 0; r < rb->rows; r++) {
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
+        m[r] = with_sink ? rb->sink[r * rb->sink_ld] : -INFINITY;
+        l[r] = with_sink ? 1.0f : 0.0f;
         sc->l2[r] = 0.0f;
     }
     memset(o, 0, (size_t)(rb->rows * p->dv) * sizeof(float));
@@ -90,10 +93,9 @@ void mha_attention_run(const mk_table *t, const mha_problem *p,
              * of the first block before key_begin. */
             int64_t first = rb.key_begin / t->block_k * t->block_k;
             if (pl->chunks == 1) {
-                stream_keys(t, p, pl, &rb, &sc, first, rb.key_end, sc.o,
+                stream_keys(t, p, pl, &rb, &sc, first, rb.key_end, 1, sc.o,
                             sc.m, sc.l);
-                t->normalize(sc.o, p->dv, rb.rows, p->dv, sc.l, rb.out,
-                             rb.ldo);
+                mha_finish_rows(t, p, &rb, sc.o, sc.m, sc.l);
                 continue;
             }
             /* Chunk c covers keys [k0, k1) of the unit's visible range. */
@@ -104,7 +106,8 @@ void mha_attention_run(const mk_table *t, const mha_problem *p,
                 k1 = rb.key_end > k0 ? rb.key_end : k0;
             float *part = partials + (unit * pl->chunks + c) * pl->partial_floats;
             float *o = part, *m = o + pl->rows * p->dv, *l = m + pl->rows;
-            stream_keys(t, p, pl, &rb, &sc, k0, k1, o, m, l);
+            /* The sink joins chunk 0 only: the merge counts it once. */
+            stream_keys(t, p, pl, &rb, &sc, k0, k1, c == 0, o, m, l);
         }
         if (pl->chunks > 1) {
 #pragma omp for schedule(dynamic, 1)

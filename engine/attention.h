@@ -79,8 +79,20 @@ typedef struct {
     float *w; /* weights rows, or NULL */
     const uint8_t *keep;
     ptrdiff_t keep_ld;
+    const uint8_t *key_keep; /* the batch's key padding row, or NULL */
     const float *bias;
     ptrdiff_t bias_ld;
+    /* Score terms (docs/design.md, "Score terms"): per-row ALiBi slope
+     * and the aligned query position of row 0 (step per row), the sink
+     * logit per row, the lse output rows. */
+    float softcap;
+    const float *alibi;
+    ptrdiff_t alibi_ld;
+    int64_t alibi_pos, alibi_pos_step;
+    const float *sink;
+    ptrdiff_t sink_ld;
+    float *lse;
+    ptrdiff_t lse_ld;
     int64_t key_begin; /* no row sees keys before it (diag_lo implies it) */
     int64_t key_end;   /* keys at or past it are hidden from every row */
     int64_t diag_lo;   /* MK_NO_DIAG_LO, or key j hidden when j < r + it */
@@ -109,10 +121,15 @@ mha_scores_fn mha_prefill_scores, mha_decode_scores;
 mha_step_fn mha_prefill_step, mha_decode_step;
 
 /* merge.c: combines the chunks' partials of one row block in chunk order
- * and writes the normalised rows. */
+ * and writes the normalised rows (and their lse). */
 void mha_merge_chunks(const mk_table *t, const mha_problem *p,
                       const mha_plan *pl, const mha_row_block *rb,
                       float *parts);
+/* merge.c: writes a row block's normalised rows from its accumulator o
+ * (row stride dv), and with an lse output each row's m + log(l). */
+void mha_finish_rows(const mk_table *t, const mha_problem *p,
+                     const mha_row_block *rb, const float *o, const float *m,
+                     const float *l);
 
 /* attention.c: runs a planned problem with scratch of pl->bytes (cannot
  * fail). */

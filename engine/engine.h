@@ -60,8 +60,10 @@ typedef struct mha_problem {
     int64_t v_sb, v_ss, v_sh;
     int64_t o_sb, o_ss, o_sh;
     mha_mask mask; /* zeroed when the caller gave none */
+    mha_score_terms terms; /* zeroed when the caller gave none */
     float scale;
     float *weights;
+    float *lse; /* [B, H, Lq] packed, or NULL */
 } mha_problem;
 
 /* validate.c ---------------------------------------------------------- */
@@ -94,13 +96,23 @@ typedef struct {
     float *weights;
     const mha_mask *mask;
     int64_t batch, heads, lq, lk; /* of the weights and the mask */
+    const mha_score_terms *terms; /* or NULL */
+    float *lse;                   /* [batch, heads, lq], or NULL */
 } mha_views;
 
 /* Per-tensor checks of every view (dtype against its role: inputs past
  * the first may hold a K/V storage dtype). */
 mha_status mha_check_views(const mha_views *views);
-/* Overlaps, weights and mask; *mask becomes the caller's (or zeros). */
-mha_status mha_check_outputs(const mha_views *views, mha_mask *mask);
+/* Overlaps, weights, lse, mask and score terms; *mask and *terms become
+ * the caller's (or zeros). */
+mha_status mha_check_outputs(const mha_views *views, mha_mask *mask,
+                             mha_score_terms *terms);
+/* One view's checks (kv: a K/V storage dtype is allowed); *range is its
+ * byte span. */
+mha_status mha_check_tensor(const mha_tensor *t, const char *name, int kv,
+                            mha_span *range);
+/* Distinct indices of t map to distinct elements. */
+int mha_non_self_overlapping(const mha_tensor *t);
 
 /* mha_attention's validation: the views, the shape rules of attention,
  * the scale; fills *problem. */
@@ -111,6 +123,17 @@ void mha_problem_init(mha_problem *p, const mha_tensor *q,
                       const mha_tensor *k, const mha_tensor *v,
                       const mha_tensor *out, const mha_mask *mask,
                       float scale, float *weights);
+
+/* merge.c: one pairwise step of the ordered merge (docs/design.md,
+ * "Merging partial results"), shared by the split-KV merge and
+ * mha_merge_states: the state (o[dv], *m, *l) absorbs the part (a[dv],
+ * ma, la), o scaled by exp(*m - M) and a by exp(ma - M), M = max(*m, ma)
+ * (NaN sticks). A part with ma = -inf adds nothing; an empty state takes
+ * the part as it is. a may equal o only when the state is empty. */
+void mha_merge_step(float *o, float *m, float *l, const float *a, float ma,
+                    float la, int64_t dv);
+/* A merged row's log-sum-exp: m + log(l); -inf when l is 0. */
+float mha_merge_lse(float m, float l);
 
 /* attention.c --------------------------------------------------------- */
 

@@ -126,29 +126,66 @@ mha_status mha_layer_create(const mha_engine *engine,
     return MHA_OK;
 }
 
-/* c[rows x e] = a[rows x k] w^T + b, split in fixed row chunks. */
-static void project(const mha_engine *engine, const float *a, int64_t rows,
-                    int64_t k, const float *w, const float *bias, int64_t e,
-                    float *c)
+/* The rows of one projection's input or output: row (b, s) at
+ * data + b*sb + s*ss, the features contiguous. */
+typedef struct {
+    int64_t sb, ss;
+} rows_of;
+
+/* c = a w^T + b over batch x seq rows, each batch's rows cut in fixed
+ * chunks (never by the thread count; the kernel's result per element does
+ * not depend on the chunk). */
+static void project(const mha_engine *engine, const float *a, rows_of ra,
+                    int64_t batch, int64_t seq, int64_t k, const float *w,
+                    const float *bias, int64_t e, float *c, rows_of rc)
 {
     const mk_table *t = &engine->kernels;
-    int64_t chunks = (rows + LINEAR_ROWS - 1) / LINEAR_ROWS;
+    int64_t per = (seq + LINEAR_ROWS - 1) / LINEAR_ROWS;
+    int64_t chunks = batch * per;
     int nthreads = mha_threads_for_call(engine, chunks);
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) \
     if (nthreads > 1 && chunks > 1)
     for (int64_t i = 0; i < chunks; i++) {
-        int64_t r0 = i * LINEAR_ROWS;
-        int64_t m = rows - r0 < LINEAR_ROWS ? rows - r0 : LINEAR_ROWS;
-        t->linear(a + r0 * k, k, m, w, e, k, bias, c + r0 * e, e);
+        int64_t b = i / per, r0 = i % per * LINEAR_ROWS;
+        int64_t m = seq - r0 < LINEAR_ROWS ? seq - r0 : LINEAR_ROWS;
+        t->linear(a + b * ra.sb + r0 * ra.ss, ra.ss, m, w, e, k, bias,
+                  c + b * rc.sb + r0 * rc.ss, m > 1 ? rc.ss : e);
     }
 }
 
-/* A packed [batch, seq, heads, dim] float view (sizes overflow-checked by
- * the caller). */
+/* A [batch, seq, 1, dim] float view with the given strides (sizes
+ * overflow-checked by the caller). */
+static mha_tensor strided(const float *data, int64_t batch, int64_t seq,
+                          int64_t dim, rows_of r)
+{
+    mha_tensor t = mha_tensor_bshd((void *)(uintptr_t)data, batch, seq, 1,
+                                   dim);
+    t.stride_batch = r.sb, t.stride_seq = r.ss;
+    return t;
+}
+
+/* A packed [batch, seq, heads, dim] float view. */
 static mha_tensor view(const float *data, int64_t batch, int64_t seq,
                        int64_t heads, int64_t dim)
 {
-    return mha_tensor_bshd((void *)data, batch, seq, heads, dim);
+    return mha_tensor_bshd((void *)(uintptr_t)data, batch, seq, heads, dim);
+}
+
+/* A buffer's strides: both 0 mean packed [B, L, width]. */
+static mha_status rows_from(int64_t sb, int64_t ss, int64_t seq,
+                            int64_t width, const char *name, rows_of *r)
+{
+    if (sb < 0 || ss < 0)
+        return mha_fail(MHA_ERR_BAD_STRIDE, "%s_stride_%s (%lld) is negative",
+                        name, sb < 0 ? "batch" : "seq",
+                        (long long)(sb < 0 ? sb : ss));
+    if (sb == 0 && ss == 0) {
+        r->ss = width;
+        r->sb = (int64_t)((uint64_t)seq * (uint64_t)width); /* checked */
+    } else {
+        r->sb = sb, r->ss = ss;
+    }
+    return MHA_OK;
 }
 
 mha_status mha_layer_forward(const mha_layer *layer, const float *query,
@@ -156,11 +193,25 @@ mha_status mha_layer_forward(const mha_layer *layer, const float *query,
                              int64_t batch, int64_t lq, int64_t lk,
                              const mha_mask *mask, float *out, float *weights)
 {
-    if (!layer || !query || !key || !value || !out)
+    mha_layer_args a = {.query = query, .key = key, .value = value,
+                        .out = out, .batch = batch, .lq = lq, .lk = lk,
+                        .mask = mask, .weights = weights};
+    return mha_layer_forward_ex(layer, &a);
+}
+
+mha_status mha_layer_forward_ex(const mha_layer *layer,
+                                const mha_layer_args *args)
+{
+    if (!layer || !args)
         return mha_fail(MHA_ERR_NULL_POINTER, "%s is NULL",
-                        !layer   ? "layer"
-                        : !query ? "query"
-                        : !key   ? "key"
+                        !layer ? "layer" : "args");
+    const float *query = args->query, *key = args->key, *value = args->value;
+    float *out = args->out;
+    int64_t batch = args->batch, lq = args->lq, lk = args->lk;
+    if (!query || !key || !value || !out)
+        return mha_fail(MHA_ERR_NULL_POINTER, "%s is NULL",
+                        !query ? "query"
+                        : !key ? "key"
                         : !value ? "value"
                                  : "out");
     const int64_t sizes[3] = {batch, lq, lk};
@@ -170,35 +221,72 @@ mha_status mha_layer_forward(const mha_layer *layer, const float *query,
             return mha_fail(MHA_ERR_BAD_SHAPE, "%s (%lld) must be positive",
                             names[i], (long long)sizes[i]);
     int64_t e = layer->e, h = layer->heads;
-    /* The workspace (projected q, k, v and the heads' outputs) and the
-     * element counts the views below are built from; the views' own byte
-     * extents are checked with them. */
-    int64_t nq, nk, nv, nkv, nout, total, twice_out;
+    /* The workspace (projected q, k, v, the heads' outputs and, for
+     * averaged weights, the per-head weights) and the element counts the
+     * views below are built from; the views' own byte extents are checked
+     * with them. */
+    int64_t nq, nkv, nout, total, twice_out, nw = 0;
     if (!mha_mul_ok(batch, lq, &nq) || !mha_mul_ok(nq, e, &nout) ||
-        !mha_mul_ok(batch, lk, &nkv) || !mha_mul_ok(nkv, layer->kdim, &nk) ||
-        !mha_mul_ok(nkv, layer->vdim, &nv) ||
+        !mha_mul_ok(batch, lk, &nkv) || !mha_mul_ok(nkv, layer->kdim, &total) ||
+        !mha_mul_ok(nkv, layer->vdim, &total) ||
         !mha_mul_ok(nkv, e, &total) || !mha_mul_ok(total, 2, &total) ||
         !mha_mul_ok(nout, 2, &twice_out) ||
         !mha_add_ok(total, twice_out, &total) ||
+        (args->weights && args->average_weights &&
+         (!mha_mul_ok(nq, h, &nw) || !mha_mul_ok(nw, lk, &nw) ||
+          !mha_add_ok(total, nw, &total))) ||
         !mha_mul_ok(total, (int64_t)sizeof(float), &total))
         return mha_fail(MHA_ERR_OVERFLOW,
                         "layer sizes B=%lld Lq=%lld Lk=%lld E=%lld overflow",
                         (long long)batch, (long long)lq, (long long)lk,
                         (long long)e);
-    /* The caller's buffers go through the same checks as mha_attention's
-     * (overlaps, weights, mask); the problem is built by the same
-     * constructor, over the layer's own projection buffers. */
-    const mha_tensor vq = view(query, batch, lq, 1, e),
-                     vk = view(key, batch, lk, 1, layer->kdim),
-                     vv = view(value, batch, lk, 1, layer->vdim),
-                     vo = view(out, batch, lq, 1, e);
-    mha_views views = {3, {&vq, &vk, &vv}, {"query", "key", "value"}, &vo,
-                       "out", weights, mask, batch, h, lq, lk};
-    mha_mask m;
+    rows_of rq, rk, rv, ro;
     mha_status st;
-    if ((st = mha_check_views(&views)) != MHA_OK ||
-        (st = mha_check_outputs(&views, &m)) != MHA_OK)
+    if ((st = rows_from(args->query_stride_batch, args->query_stride_seq, lq,
+                        e, "query", &rq)) != MHA_OK ||
+        (st = rows_from(args->key_stride_batch, args->key_stride_seq, lk,
+                        layer->kdim, "key", &rk)) != MHA_OK ||
+        (st = rows_from(args->value_stride_batch, args->value_stride_seq, lk,
+                        layer->vdim, "value", &rv)) != MHA_OK ||
+        (st = rows_from(args->out_stride_batch, args->out_stride_seq, lq, e,
+                        "out", &ro)) != MHA_OK)
         return st;
+    /* The caller's buffers go through the same checks as mha_attention's
+     * (overlaps, weights, lse, mask, terms); the problem is built by the
+     * same constructor, over the layer's own projection buffers. Averaged
+     * weights [B, Lq, Lk] are checked here, as a [B, Lq, 1, Lk] output. */
+    const mha_tensor vq = strided(query, batch, lq, e, rq),
+                     vk = strided(key, batch, lk, layer->kdim, rk),
+                     vv = strided(value, batch, lk, layer->vdim, rv),
+                     vo = strided(out, batch, lq, e, ro);
+    int average = args->weights && args->average_weights;
+    mha_views views = {3, {&vq, &vk, &vv}, {"query", "key", "value"}, &vo,
+                       "out", average ? NULL : args->weights, args->mask,
+                       batch, h, lq, lk, args->terms, args->lse};
+    mha_mask m;
+    mha_score_terms terms;
+    if ((st = mha_check_views(&views)) != MHA_OK ||
+        (st = mha_check_outputs(&views, &m, &terms)) != MHA_OK)
+        return st;
+    if (average) {
+        const mha_tensor vw = view(args->weights, batch, lq, 1, lk);
+        mha_span rw, r;
+        if ((st = mha_check_tensor(&vw, "weights", 0, &rw)) != MHA_OK)
+            return st;
+        const mha_tensor *all[4] = {&vq, &vk, &vv, &vo};
+        const char *all_names[4] = {"query", "key", "value", "out"};
+        for (int i = 0; i < 4; i++) {
+            mha_check_tensor(all[i], all_names[i], 0, &r);
+            if (mha_spans_overlap(rw, r))
+                return mha_fail(MHA_ERR_BAD_STRIDE, "weights overlap %s",
+                                all_names[i]);
+        }
+        mha_span rl = {(uintptr_t)args->lse,
+                       (uintptr_t)args->lse +
+                           (uintptr_t)(nq * h) * sizeof(float)};
+        if (args->lse && mha_spans_overlap(rw, rl))
+            return mha_fail(MHA_ERR_BAD_STRIDE, "weights overlap lse");
+    }
 
     int64_t d = e / h;
     /* Placeholder pointers: the plan reads shapes and strides only. */
@@ -206,7 +294,10 @@ mha_status mha_layer_forward(const mha_layer *layer, const float *query,
                      hk = view(query, batch, lk, h, d),
                      ho = view(out, batch, lq, h, d);
     mha_problem p;
-    mha_problem_init(&p, &hq, &hk, &hk, &ho, &m, 0.0f, weights);
+    mha_problem_init(&p, &hq, &hk, &hk, &ho, &m, 0.0f,
+                     average ? out : args->weights);
+    p.terms = terms;
+    p.lse = args->lse;
     mha_plan pl;
     if ((st = mha_plan_make(layer->engine, &p, &pl)) != MHA_OK)
         return st;
@@ -220,15 +311,35 @@ mha_status mha_layer_forward(const mha_layer *layer, const float *query,
                         "layer workspace of %zu bytes",
                         buffers + scratch_bytes);
     float *qp = mem, *kp = qp + nout, *vp = kp + nkv * e, *cat = vp + nkv * e;
+    float *wh = cat + nout; /* per-head weights to average, nw floats */
     void *scratch = (char *)mem + buffers;
 
     const mha_engine *en = layer->engine;
-    project(en, query, nq, e, layer->w[PQ], layer->b[PQ], e, qp);
-    project(en, key, nkv, layer->kdim, layer->w[PK], layer->b[PK], e, kp);
-    project(en, value, nkv, layer->vdim, layer->w[PV], layer->b[PV], e, vp);
+    const rows_of packed_q = {lq * e, e}, packed_kv = {lk * e, e};
+    project(en, query, rq, batch, lq, e, layer->w[PQ], layer->b[PQ], e, qp,
+            packed_q);
+    project(en, key, rk, batch, lk, layer->kdim, layer->w[PK], layer->b[PK],
+            e, kp, packed_kv);
+    project(en, value, rv, batch, lk, layer->vdim, layer->w[PV],
+            layer->b[PV], e, vp, packed_kv);
     p.q = qp, p.k = kp, p.v = vp, p.out = cat;
+    if (average)
+        p.weights = wh;
     mha_attention_run(&en->kernels, &p, &pl, scratch);
-    project(en, cat, nq, e, layer->w[PO], layer->b[PO], e, out);
+    project(en, cat, packed_q, batch, lq, e, layer->w[PO], layer->b[PO], e,
+            out, ro);
+    if (average) {
+        /* PyTorch's average_attn_weights: the heads' mean, summed in head
+         * order. */
+        const float inv = 1.0f / (float)h;
+        for (int64_t b = 0; b < batch; b++)
+            for (int64_t x = 0; x < lq * lk; x++) {
+                float acc = 0.0f;
+                for (int64_t hh = 0; hh < h; hh++)
+                    acc += wh[(b * h + hh) * lq * lk + x];
+                args->weights[b * lq * lk + x] = acc * inv;
+            }
+    }
     mha_free(mem);
     return MHA_OK;
 }

@@ -174,6 +174,24 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
                             i * m->bias_stride_query
                       : NULL;
     rb.bias_ld = step_bias;
+    rb.key_keep = m->key_keep ? m->key_keep + b * m->key_keep_stride_batch
+                              : NULL;
+
+    /* Score terms (docs/design.md, "Score terms"). Grouped rows are heads
+     * at one query: slopes and sinks step by head, the position not. */
+    const mha_score_terms *tm = &p->terms;
+    int64_t ashift = tm->align == MHA_ALIGN_TOP_LEFT ? 0 : p->lk - p->lq;
+    rb.softcap = tm->softcap;
+    rb.alibi = tm->alibi_slopes ? tm->alibi_slopes +
+                                      b * tm->alibi_stride_batch + h
+                                : NULL;
+    rb.alibi_ld = pl->grouped ? 1 : 0;
+    rb.alibi_pos = i + ashift;
+    rb.alibi_pos_step = pl->grouped ? 0 : 1;
+    rb.sink = tm->sinks ? tm->sinks + h : NULL;
+    rb.sink_ld = pl->grouped ? 1 : 0;
+    rb.lse = p->lse ? p->lse + (b * p->heads + h) * p->lq + i : NULL;
+    rb.lse_ld = pl->grouped ? p->lq : 1;
 
     rb.key_begin = 0;
     rb.key_end = p->lk;
@@ -193,10 +211,36 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
         if (!pl->grouped)
             rb.diag_hi = i + shift;
     }
+    /* A sliding window: query i' (aligned) sees keys [i' - left, i' +
+     * right]; an extent past Lq + Lk hides nothing, so the arithmetic
+     * stays far from overflow. Grouped rows share one query: the window
+     * is then a key range, not a diagonal. */
+    if (tm->window) {
+        int64_t most = p->lq + p->lk;
+        int64_t left = tm->window_left > most ? -1 : tm->window_left;
+        int64_t right = tm->window_right > most ? -1 : tm->window_right;
+        int64_t pos = i + ashift; /* row 0's aligned position */
+        if (pl->grouped) {
+            if (left >= 0 && pos - left > rb.key_begin)
+                rb.key_begin = pos - left;
+            if (right >= 0 && pos + right + 1 < rb.key_end)
+                rb.key_end = pos + right + 1 < 0 ? 0 : pos + right + 1;
+        } else {
+            if (left >= 0)
+                rb.diag_lo = pos - left;
+            if (right >= 0) {
+                if (rb.diag_hi == MK_NO_DIAG_HI || pos + right < rb.diag_hi)
+                    rb.diag_hi = pos + right;
+                int64_t end = rb.diag_hi + rb.rows; /* last row's limit */
+                if (end < rb.key_end)
+                    rb.key_end = end < 0 ? 0 : end;
+            }
+        }
+    }
     /* The first row sees the fewest keys on the left: blocks before its
      * window edge are skipped (the tile mask hides the rest). */
-    if (rb.diag_lo != MK_NO_DIAG_LO && i + rb.diag_lo > rb.key_begin)
-        rb.key_begin = i + rb.diag_lo;
+    if (rb.diag_lo != MK_NO_DIAG_LO && rb.diag_lo > rb.key_begin)
+        rb.key_begin = rb.diag_lo;
     if (rb.key_begin > rb.key_end)
         rb.key_begin = rb.key_end;
     return rb;
@@ -213,8 +257,20 @@ mk_mask mha_block_mask(const mha_row_block *rb, int64_t k0, int64_t nk)
         mk.bias = rb->bias + k0;
         mk.bias_ld = rb->bias_ld;
     }
+    if (rb->key_keep)
+        mk.key_keep = rb->key_keep + k0;
     mk.diag_lo = rb->diag_lo == MK_NO_DIAG_LO ? MK_NO_DIAG_LO : rb->diag_lo - k0;
     mk.diag_hi = rb->diag_hi == MK_NO_DIAG_HI ? MK_NO_DIAG_HI : rb->diag_hi - k0;
     mk.key_limit = nk;
+    /* The first key block starts at a multiple of block_k: the shared
+     * left edge hides its keys before key_begin (grouped rows' window). */
+    mk.key_start = rb->key_begin - k0;
+    mk.softcap = rb->softcap;
+    if (rb->alibi) {
+        mk.alibi = rb->alibi;
+        mk.alibi_ld = rb->alibi_ld;
+        mk.alibi_pos = rb->alibi_pos - k0;
+        mk.alibi_pos_step = rb->alibi_pos_step;
+    }
     return mk;
 }

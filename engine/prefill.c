@@ -146,6 +146,14 @@ static mha_row_block sub_block(const mha_row_block *rb, int64_t r, int64_t n)
     sub.diag_hi += r;
     if (sub.diag_lo != MK_NO_DIAG_LO)
         sub.diag_lo += r;
+    if (sub.alibi) {
+        sub.alibi += r * rb->alibi_ld;
+        sub.alibi_pos += r * rb->alibi_pos_step;
+    }
+    if (sub.sink)
+        sub.sink += r * rb->sink_ld;
+    if (sub.lse)
+        sub.lse += r * rb->lse_ld;
     return sub;
 }
 

@@ -23,3 +23,29 @@ mha_tensor mha_tensor_bhsd(void *data, int64_t batch, int64_t seq,
                     mul3(1, seq, dim), MHA_F32, {NULL, 0, 0, 0}};
     return t;
 }
+
+/* The views above with an element type, in one step. The cast drops const
+ * only to fit mha_tensor.data: input views are never written. */
+static mha_tensor typed(mha_tensor t, mha_dtype dtype)
+{
+    t.dtype = dtype;
+    return t;
+}
+
+mha_tensor mha_tensor_bshd_typed(const void *data, mha_dtype dtype,
+                                 int64_t batch, int64_t seq, int64_t heads,
+                                 int64_t dim)
+{
+    return typed(mha_tensor_bshd((void *)(uintptr_t)data, batch, seq, heads,
+                                 dim),
+                 dtype);
+}
+
+mha_tensor mha_tensor_bhsd_typed(const void *data, mha_dtype dtype,
+                                 int64_t batch, int64_t seq, int64_t heads,
+                                 int64_t dim)
+{
+    return typed(mha_tensor_bhsd((void *)(uintptr_t)data, batch, seq, heads,
+                                 dim),
+                 dtype);
+}

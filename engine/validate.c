@@ -43,8 +43,8 @@ static int extent_span(const void *base, const int64_t *sizes,
 
 /* kv: the tensor stores keys or values (a K/V storage dtype), else it is
  * a query or an output (a compute dtype). */
-static mha_status check_tensor(const mha_tensor *t, const char *name, int kv,
-                               mha_span *range)
+mha_status mha_check_tensor(const mha_tensor *t, const char *name, int kv,
+                            mha_span *range)
 {
     if (!t->data)
         return mha_fail(MHA_ERR_NULL_POINTER, "%s.data is NULL", name);
@@ -85,7 +85,7 @@ static mha_status check_tensor(const mha_tensor *t, const char *name, int kv,
 
 /* Distinct indices of t map to distinct elements: sorted by stride, each
  * axis steps past everything the smaller axes reach. */
-static int non_self_overlapping(const mha_tensor *t)
+int mha_non_self_overlapping(const mha_tensor *t)
 {
     int64_t size[4] = {t->batch, t->seq, t->heads, t->dim};
     int64_t stride[4] = {t->stride_batch, t->stride_seq, t->stride_head, 1};
@@ -125,6 +125,22 @@ static mha_status check_mask_array(const void *data, const char *name,
     return MHA_OK;
 }
 
+/* A [rows, cols] array with a row stride (named <name>_stride_batch) and
+ * contiguous columns: the stride's sign (status bad) and the byte span. */
+static mha_status check_rows(const void *data, const char *name,
+                             int64_t stride, int64_t rows, int64_t cols,
+                             size_t elem, mha_status bad, mha_span *range)
+{
+    if (stride < 0)
+        return mha_fail(bad, "%s_stride_batch (%lld) is negative", name,
+                        (long long)stride);
+    const int64_t sizes[2] = {rows, cols}, strides[2] = {stride, 1};
+    if (!extent_span(data, sizes, strides, 2, elem, range))
+        return mha_fail(MHA_ERR_OVERFLOW,
+                        "%s spans more bytes than fit in 64 bits", name);
+    return MHA_OK;
+}
+
 static mha_status mha_validate_mask(const mha_mask *mask, int64_t batch,
                              int64_t heads, int64_t lq, int64_t lk,
                              mha_mask *copy)
@@ -155,6 +171,13 @@ static mha_status mha_validate_mask(const mha_mask *mask, int64_t batch,
         if (st != MHA_OK)
             return st;
     }
+    if (mask->key_keep) {
+        mha_status st = check_rows(mask->key_keep, "mask.key_keep",
+                                   mask->key_keep_stride_batch, batch, lk, 1,
+                                   MHA_ERR_BAD_MASK, &r);
+        if (st != MHA_OK)
+            return st;
+    }
     if (mask->key_lengths)
         for (int64_t b = 0; b < batch; b++) {
             int32_t len = mask->key_lengths[b];
@@ -170,7 +193,7 @@ static mha_status mha_validate_mask(const mha_mask *mask, int64_t batch,
 
 /* The byte ranges of the mask arrays, for overlap checks with outputs. */
 static int mask_spans(const mha_mask *m, int64_t batch, int64_t heads,
-                      int64_t lq, int64_t lk, mha_span out[3])
+                      int64_t lq, int64_t lk, mha_span out[4])
 {
     int n = 0;
     const int64_t sizes[4] = {batch, heads, lq, lk};
@@ -183,6 +206,11 @@ static int mask_spans(const mha_mask *m, int64_t batch, int64_t heads,
         const int64_t s[4] = {m->bias_stride_batch, m->bias_stride_head,
                               m->bias_stride_query, 1};
         extent_span(m->bias, sizes, s, 4, sizeof(float), &out[n++]);
+    }
+    if (m->key_keep) {
+        const int64_t ks[2] = {batch, lk};
+        const int64_t s[2] = {m->key_keep_stride_batch, 1};
+        extent_span(m->key_keep, ks, s, 2, 1, &out[n++]);
     }
     if (m->key_lengths) {
         out[n].lo = (uintptr_t)m->key_lengths;
@@ -197,12 +225,88 @@ static mha_status mha_check_mask_disjoint(const mha_mask *mask, int64_t batch,
                                    const void *output, size_t bytes,
                                    const char *name)
 {
-    mha_span rm[3], ro = {(uintptr_t)output, (uintptr_t)output + bytes};
+    mha_span rm[4], ro = {(uintptr_t)output, (uintptr_t)output + bytes};
     int nm = mask_spans(mask, batch, heads, lq, lk, rm);
     for (int i = 0; i < nm; i++)
         if (mha_spans_overlap(rm[i], ro))
             return mha_fail(MHA_ERR_BAD_MASK, "a mask array overlaps %s",
                             name);
+    return MHA_OK;
+}
+
+/* The score terms (docs/design.md, "Score terms"): every field, and the
+ * arrays they point to against the outputs outs[0..n). */
+static mha_status check_terms(const mha_score_terms *t, int64_t batch,
+                              int64_t heads, const mha_span *outs,
+                              const char *const *out_names, int n,
+                              mha_score_terms *copy)
+{
+    memset(copy, 0, sizeof *copy);
+    if (!t)
+        return MHA_OK;
+    if (t->window != 0 && t->window != 1)
+        return mha_fail(MHA_ERR_BAD_MASK, "terms.window (%d) is not 0 or 1",
+                        t->window);
+    if (t->window_left < -1)
+        return mha_fail(MHA_ERR_BAD_MASK,
+                        "terms.window_left (%lld) is negative (-1 is "
+                        "unbounded)",
+                        (long long)t->window_left);
+    if (t->window_right < -1)
+        return mha_fail(MHA_ERR_BAD_MASK,
+                        "terms.window_right (%lld) is negative (-1 is "
+                        "unbounded)",
+                        (long long)t->window_right);
+    if (t->align != MHA_ALIGN_BOTTOM_RIGHT && t->align != MHA_ALIGN_TOP_LEFT)
+        return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                        "terms.align (%d) is not an mha_align value",
+                        (int)t->align);
+    if (!isfinite(t->softcap))
+        return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                        "terms.softcap (%g) is not finite", (double)t->softcap);
+    if (t->softcap < 0.0f)
+        return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                        "terms.softcap (%g) is negative", (double)t->softcap);
+    mha_span spans[2];
+    const char *names[2];
+    int ns = 0;
+    mha_status st;
+    if (t->alibi_slopes) {
+        /* "terms.alibi" names terms.alibi_stride_batch too. */
+        if ((st = check_rows(t->alibi_slopes, "terms.alibi",
+                             t->alibi_stride_batch, batch, heads,
+                             sizeof(float), MHA_ERR_BAD_ARGUMENT,
+                             &spans[ns])) != MHA_OK)
+            return st;
+        names[ns++] = "terms.alibi_slopes";
+        for (int64_t b = 0; b < batch; b++)
+            for (int64_t h = 0; h < heads; h++) {
+                float x = t->alibi_slopes[b * t->alibi_stride_batch + h];
+                if (!isfinite(x))
+                    return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                                    "terms.alibi_slopes[%lld][%lld] (%g) is "
+                                    "not finite",
+                                    (long long)b, (long long)h, (double)x);
+            }
+    }
+    if (t->sinks) {
+        if ((st = check_rows(t->sinks, "terms.sinks", 0, 1, heads,
+                             sizeof(float), MHA_ERR_BAD_ARGUMENT,
+                             &spans[ns])) != MHA_OK)
+            return st;
+        names[ns++] = "terms.sinks";
+        for (int64_t h = 0; h < heads; h++)
+            if (!isfinite(t->sinks[h]))
+                return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                                "terms.sinks[%lld] (%g) is not finite",
+                                (long long)h, (double)t->sinks[h]);
+    }
+    for (int i = 0; i < ns; i++)
+        for (int o = 0; o < n; o++)
+            if (mha_spans_overlap(spans[i], outs[o]))
+                return mha_fail(MHA_ERR_BAD_ARGUMENT, "%s overlaps %s",
+                                names[i], out_names[o]);
+    *copy = *t;
     return MHA_OK;
 }
 
@@ -230,21 +334,22 @@ mha_status mha_check_views(const mha_views *views)
     mha_span r;
     mha_status st;
     for (int i = 0; i < views->n_in; i++)
-        if ((st = check_tensor(views->in[i], views->in_name[i], i > 0, &r)) !=
+        if ((st = mha_check_tensor(views->in[i], views->in_name[i], i > 0, &r)) !=
             MHA_OK)
             return st;
-    return check_tensor(views->out, views->out_name, 0, &r);
+    return mha_check_tensor(views->out, views->out_name, 0, &r);
 }
 
-mha_status mha_check_outputs(const mha_views *views, mha_mask *mask)
+mha_status mha_check_outputs(const mha_views *views, mha_mask *mask,
+                             mha_score_terms *terms)
 {
     const mha_tensor *o = views->out;
     mha_span ro, rw = {0, 0}, inputs[3];
     /* Extents were checked by mha_check_views. */
-    check_tensor(o, views->out_name, 0, &ro);
+    mha_check_tensor(o, views->out_name, 0, &ro);
     for (int i = 0; i < views->n_in; i++)
-        check_tensor(views->in[i], views->in_name[i], i > 0, &inputs[i]);
-    if (!non_self_overlapping(o))
+        mha_check_tensor(views->in[i], views->in_name[i], i > 0, &inputs[i]);
+    if (!mha_non_self_overlapping(o))
         return mha_fail(MHA_ERR_BAD_STRIDE,
                         "%s strides (%lld, %lld, %lld) make distinct "
                         "elements share memory",
@@ -271,6 +376,25 @@ mha_status mha_check_outputs(const mha_views *views, mha_mask *mask)
         (st = mha_check_weights(views->weights, weights_bytes, ro, inputs,
                                 views->in_name, views->n_in, &rw)) != MHA_OK)
         return st;
+    /* lse [B, H, Lq]: apart from every input and output. */
+    mha_span rl = {0, 0};
+    if (views->lse) {
+        int64_t lse_bytes;
+        if (!mha_mul_ok(bhq, (int64_t)sizeof(float), &lse_bytes) ||
+            (uint64_t)lse_bytes > UINTPTR_MAX - (uintptr_t)views->lse)
+            return mha_fail(MHA_ERR_OVERFLOW,
+                            "lse extends past the address space");
+        rl.lo = (uintptr_t)views->lse;
+        rl.hi = rl.lo + (uintptr_t)lse_bytes;
+        for (int i = 0; i < views->n_in; i++)
+            if (mha_spans_overlap(rl, inputs[i]))
+                return mha_fail(MHA_ERR_BAD_STRIDE, "lse overlaps %s",
+                                views->in_name[i]);
+        if (mha_spans_overlap(rl, ro) || mha_spans_overlap(rl, rw))
+            return mha_fail(MHA_ERR_BAD_STRIDE, "lse overlaps %s",
+                            mha_spans_overlap(rl, ro) ? views->out_name
+                                                      : "weights");
+    }
     if ((st = mha_validate_mask(views->mask, B, H, Lq, Lk, mask)) != MHA_OK)
         return st;
     if ((st = mha_check_mask_disjoint(mask, B, H, Lq, Lk,
@@ -278,9 +402,14 @@ mha_status mha_check_outputs(const mha_views *views, mha_mask *mask)
                                       views->out_name)) != MHA_OK ||
         (st = mha_check_mask_disjoint(mask, B, H, Lq, Lk,
                                       (const void *)rw.lo, rw.hi - rw.lo,
-                                      "weights")) != MHA_OK)
+                                      "weights")) != MHA_OK ||
+        (st = mha_check_mask_disjoint(mask, B, H, Lq, Lk,
+                                      (const void *)rl.lo, rl.hi - rl.lo,
+                                      "lse")) != MHA_OK)
         return st;
-    return MHA_OK;
+    const mha_span outs[3] = {ro, rw, rl};
+    const char *const out_names[3] = {views->out_name, "weights", "lse"};
+    return check_terms(views->terms, B, H, outs, out_names, 3, terms);
 }
 
 void mha_problem_init(mha_problem *p, const mha_tensor *q,
@@ -301,8 +430,10 @@ void mha_problem_init(mha_problem *p, const mha_tensor *q,
     p->o_sb = o->stride_batch, p->o_ss = o->stride_seq;
     p->o_sh = o->stride_head;
     p->mask = *mask;
+    memset(&p->terms, 0, sizeof p->terms);
     p->scale = scale != 0.0f ? scale : (float)(1.0 / sqrt((double)q->dim));
     p->weights = weights;
+    p->lse = NULL;
 }
 
 mha_status mha_validate_attention(const mha_attention_args *args,
@@ -314,7 +445,7 @@ mha_status mha_validate_attention(const mha_attention_args *args,
                      *out = &args->out;
     mha_views views = {3, {q, k, v}, {"q", "k", "v"}, out, "out",
                        args->weights, args->mask, q->batch, q->heads,
-                       q->seq, k->seq};
+                       q->seq, k->seq, args->terms, args->lse};
     mha_status st;
     if ((st = mha_check_views(&views)) != MHA_OK)
         return st;
@@ -342,8 +473,13 @@ mha_status mha_validate_attention(const mha_attention_args *args,
         return mha_fail(MHA_ERR_BAD_ARGUMENT, "scale (%g) is not finite",
                         (double)args->scale);
     mha_mask mask;
-    if ((st = mha_check_outputs(&views, &mask)) != MHA_OK)
+    mha_score_terms terms;
+    if ((st = mha_check_outputs(&views, &mask, &terms)) != MHA_OK)
         return st;
     mha_problem_init(p, q, k, v, out, &mask, args->scale, args->weights);
+    p->terms = terms;
+    p->lse = args->lse;
+    if (args->scale_explicit)
+        p->scale = args->scale;
     return MHA_OK;
 }

@@ -4,8 +4,10 @@
  * The public contract. C11; usable from C++.
  *
  * Semantics shared by every entry point:
- *   - For batch b and head h, with scale s (0 selects 1/sqrt(d)):
- *       S = s * Q_bh K_bh^T (+ additive mask) (masked entries -> -inf)
+ *   - For batch b and head h, with scale s (MHA_SCALE_DEFAULT, 0, selects
+ *     1/sqrt(d) unless scale_explicit is set):
+ *       S = s * Q_bh K_bh^T (+ score terms) (+ additive mask)
+ *       (masked entries -> -inf)
  *       P = softmax_rows(S),  O_bh = P V_bh
  *   - Boolean masks: nonzero = attend, zero = masked. Additive masks add to
  *     the scaled scores; -INFINITY masks. Key lengths mask keys at or past the
@@ -172,6 +174,15 @@ MHA_API mha_tensor mha_tensor_bshd(void *data, int64_t batch, int64_t seq,
 /* Packed [B, H, S, D]. */
 MHA_API mha_tensor mha_tensor_bhsd(void *data, int64_t batch, int64_t seq,
                            int64_t heads, int64_t dim);
+/* The same views of an element type in one step (a half-precision view
+ * built without it reads its bytes as fp32). data may be const: libmha
+ * never writes through a view it reads (q, k, v); only out is written. */
+MHA_API mha_tensor mha_tensor_bshd_typed(const void *data, mha_dtype dtype,
+                                 int64_t batch, int64_t seq, int64_t heads,
+                                 int64_t dim);
+MHA_API mha_tensor mha_tensor_bhsd_typed(const void *data, mha_dtype dtype,
+                                 int64_t batch, int64_t seq, int64_t heads,
+                                 int64_t dim);
 
 /* ------------------------------------------------------------------ */
 /* Masks                                                               */
@@ -195,10 +206,65 @@ typedef struct mha_mask {
     int64_t bias_stride_batch, bias_stride_head, bias_stride_query;
     const int32_t *key_lengths; /* [B]: keys j >= key_lengths[b] masked;
                                    each in [0, Lk] */
+    /* A key padding mask of its own, [B, Lk] (element (b, j) at
+     * b*key_keep_stride_batch + j; stride 0 broadcasts), combined with
+     * keep and bias without merging them by hand. nonzero = attend, as
+     * keep: PyTorch's bool key_padding_mask (True = ignore) is its
+     * negation. */
+    const uint8_t *key_keep;
+    int64_t key_keep_stride_batch;
 } mha_mask;
 
 /* ------------------------------------------------------------------ */
+/* Score terms: sliding window, softcap, ALiBi, sinks                 */
+
+/* The aligned query position i' of query i that windows and ALiBi
+ * measure from: bottom-right i' = i + Lk - Lq (FlashAttention's choice,
+ * what a KV cache needs; the default), or top-left i' = i. */
+typedef enum mha_align {
+    MHA_ALIGN_BOTTOM_RIGHT = 0,
+    MHA_ALIGN_TOP_LEFT = 1
+} mha_align;
+
+/* Terms of the score beyond q.k, each off when zero-initialised, each
+ * combinable with every mask and with the others. For query i (aligned
+ * position i') and key j, with t = scale * q_i.k_j:
+ *   x = softcap * tanh(t / softcap)      (softcap > 0; else x = t)
+ *   x += -slope_bh * (i' - j)            (alibi_slopes set)
+ *   x += mask.bias[b, h, i, j]           (mask.bias set)
+ *   x = -inf where a mask or the window hides key j
+ * The window (window != 0) shows key j to query i when
+ *   i' - window_left <= j <= i' + window_right,
+ * an extent of -1 leaving that side unbounded (FlashAttention's
+ * window_size); key blocks outside it are never computed, so the cost grows
+ * with Lq x window. A window of (0, 0) is the diagonal key alone.
+ * sinks[h] is a logit of head h that joins every row's softmax denominator
+ * and contributes no value (gpt-oss): P_j = exp(x_j) / (sum_k exp(x_k) +
+ * exp(sink)). A row whose keys are all masked then yields zeros and its
+ * log-sum-exp is the sink; weights rows sum to less than 1 (the sink's
+ * share is not a key's). Invalid values (negative extents other than -1,
+ * a softcap that is negative or not finite, non-finite slopes or sinks,
+ * a window flag or align outside its enum) are refused with a message
+ * naming the field. */
+typedef struct mha_score_terms {
+    int window;                   /* 0: no window; 1: the extents apply */
+    int64_t window_left;          /* keys before i'; -1: unbounded */
+    int64_t window_right;         /* keys after i'; -1: unbounded */
+    mha_align align;              /* i' for the window and ALiBi */
+    float softcap;                /* 0: off; else > 0 and finite */
+    const float *alibi_slopes;    /* [B, H] slopes (element (b, h) at
+                                     b*alibi_stride_batch + h; stride 0:
+                                     one [H] row for every batch) or NULL */
+    int64_t alibi_stride_batch;
+    const float *sinks;           /* [H] sink logits, or NULL */
+} mha_score_terms;
+
+/* ------------------------------------------------------------------ */
 /* Scaled dot-product attention                                        */
+
+/* scale == MHA_SCALE_DEFAULT (0) selects 1/sqrt(d); a caller who wants a
+ * zero scale sets scale_explicit. */
+#define MHA_SCALE_DEFAULT 0.0f
 
 typedef struct mha_attention_args {
     mha_tensor q;   /* [B, Lq, H,   d ] */
@@ -206,13 +272,44 @@ typedef struct mha_attention_args {
     mha_tensor v;   /* [B, Lk, Hkv, dv] */
     mha_tensor out; /* [B, Lq, H,   dv] written */
     const mha_mask *mask; /* NULL: no mask */
-    float scale;          /* 0: 1/sqrt(d) */
+    float scale;          /* MHA_SCALE_DEFAULT (0): 1/sqrt(d) */
     float *weights; /* optional packed [B, H, Lq, Lk]: the probabilities;
                        must not overlap q, k, v or out (MHA_ERR_BAD_STRIDE) */
+    const mha_score_terms *terms; /* NULL: none */
+    float *lse;     /* optional packed [B, H, Lq] fp32: each row's natural
+                       log-sum-exp of its final scores x (every term, the
+                       sink included); -inf for a row whose keys are all
+                       masked and that has no sink. Must not overlap any
+                       other buffer. */
+    int scale_explicit; /* nonzero: scale is used as given, 0 included */
 } mha_attention_args;
 
 MHA_API mha_status mha_attention(const mha_engine *engine,
                          const mha_attention_args *args);
+
+/* ------------------------------------------------------------------ */
+/* Merging partial results                                             */
+
+/* Attention over keys split into parts (a shared prefix and a suffix, a
+ * cache across ranks): part c's output out_c and log-sum-exp lse_c, from
+ * mha_attention with an lse output, merge into the attention over the
+ * union of the parts' keys (FlashInfer's merge_state):
+ *   M = max_c lse_c,  w_c = exp(lse_c - M),
+ *   out = sum_c w_c out_c / sum_c w_c,  lse = M + log(sum_c w_c),
+ * folded pairwise in part order 0, 1, ..., so the result is bitwise
+ * fixed. A part whose lse is -inf (every key masked) contributes nothing;
+ * when every part's is, out is zeros and lse -inf. NaN propagates. The
+ * library's own split-KV merge runs the same code. Single-threaded. */
+typedef struct mha_merge_args {
+    int64_t parts;            /* >= 1 */
+    const mha_tensor *outs;   /* parts fp32 views [B, L, H, dv] */
+    const float *const *lses; /* parts packed [B, H, L] arrays */
+    mha_tensor out;           /* [B, L, H, dv] written; must not overlap
+                                 an input */
+    float *lse;               /* optional packed [B, H, L] written */
+} mha_merge_args;
+
+MHA_API mha_status mha_merge_states(const mha_merge_args *args);
 
 /* ------------------------------------------------------------------ */
 /* The layer: nn.MultiheadAttention(batch_first=True)                  */
@@ -255,6 +352,32 @@ MHA_API mha_status mha_layer_forward(const mha_layer *layer, const float *query,
                              int64_t batch, int64_t lq, int64_t lk,
                              const mha_mask *mask, float *out,
                              float *weights);
+
+/* The layer's inputs and outputs with strides (element (b, s, e) of query
+ * at query + b*query_stride_batch + s*query_stride_seq + e, the embedding
+ * contiguous), so PyTorch's batch_first=False [L, B, E] needs no copy
+ * (stride_batch E, stride_seq B*E). Both strides of a buffer 0: packed
+ * [B, L, E]. Zero-initialised fields are mha_layer_forward's behaviour. */
+typedef struct mha_layer_args {
+    const float *query, *key, *value; /* [B, Lq, E], [B, Lk, kdim|vdim] */
+    float *out;                       /* [B, Lq, E] written */
+    int64_t batch, lq, lk;
+    int64_t query_stride_batch, query_stride_seq;
+    int64_t key_stride_batch, key_stride_seq;
+    int64_t value_stride_batch, value_stride_seq;
+    int64_t out_stride_batch, out_stride_seq;
+    const mha_mask *mask;          /* as mha_layer_forward's */
+    const mha_score_terms *terms;  /* NULL: none */
+    float *weights;   /* optional packed probabilities: [B, H, Lq, Lk] per
+                         head, or with average_weights [B, Lq, Lk] */
+    int average_weights; /* nonzero: weights averaged over the heads
+                            (PyTorch's default, average_attn_weights=True);
+                            takes a B*H*Lq*Lk float workspace */
+    float *lse;       /* optional packed [B, H, Lq] per-head log-sum-exp */
+} mha_layer_args;
+
+MHA_API mha_status mha_layer_forward_ex(const mha_layer *layer,
+                                const mha_layer_args *args);
 
 #ifdef __cplusplus
 }

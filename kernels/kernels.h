@@ -67,24 +67,39 @@ static inline size_t mk_dtype_size(mk_dtype t)
 
 /* ---- Masks -------------------------------------------------------------- */
 
-/* The mask of one (query block x key block) tile, in block coordinates:
- * row i, column j of the tile. Row i sees the columns of one range
- * [lo_i, hi_i) (mk_visible_range):
- *   lo_i = max(0, i + diag_lo)                 (MK_NO_DIAG_LO: 0)
+/* The mask and score terms of one (query block x key block) tile, in
+ * block coordinates: row i, column j of the tile. Row i sees the columns
+ * of one range [lo_i, hi_i) (mk_visible_range):
+ *   lo_i = max(0, key_start, i + diag_lo)      (MK_NO_DIAG_LO: no edge)
  *   hi_i = min(n, key_limit, i + diag_hi + 1)  (MK_NO_DIAG_HI: no diagonal)
- * and inside it key j is masked when keep != NULL && keep[i*keep_ld + j] == 0.
- * bias[i * bias_ld + j] is added to the scaled score when bias != NULL.
+ * and inside it key j is masked when keep != NULL && keep[i*keep_ld + j] == 0
+ * or key_keep != NULL && key_keep[j] == 0 (one row every row shares).
+ * The score of a visible key, with t = scale * s[i][j] (docs/design.md,
+ * "Score terms"):
+ *   x = softcap * tanh(t / softcap)   when softcap > 0, else t
+ *   x += alibi[i*alibi_ld] * (j - (alibi_pos + i*alibi_pos_step))
+ *                                     when alibi != NULL
+ *   x += bias[i * bias_ld + j]        when bias != NULL
  * A row stride of 0 broadcasts one row to all rows. diag_hi is the causal
- * diagonal; diag_lo the left edge of a sliding window (docs/design.md,
- * "mask model"). */
+ * diagonal (or a window's right edge); diag_lo a window's left edge;
+ * key_start a left edge shared by every row (docs/design.md, "mask
+ * model"). Zero softcap, NULL alibi and key_start 0 are off. */
 typedef struct mk_mask {
     const uint8_t *keep;
     ptrdiff_t keep_ld;
+    const uint8_t *key_keep; /* a key padding row for every row, or NULL */
     const float *bias;
     ptrdiff_t bias_ld;
     int64_t diag_lo;   /* MK_NO_DIAG_LO when nothing hides keys on the left */
     int64_t diag_hi;   /* MK_NO_DIAG_HI when there is no causal diagonal */
     int64_t key_limit; /* >= n when no key-length mask applies */
+    int64_t key_start; /* <= 0 when no shared left edge applies */
+    float softcap;     /* 0: off */
+    const float *alibi; /* per-row slope (row stride alibi_ld), or NULL */
+    ptrdiff_t alibi_ld;
+    int64_t alibi_pos;      /* row 0's aligned query position, in columns */
+    int64_t alibi_pos_step; /* its step per row: 1, or 0 (rows share one
+                               query) */
 } mk_mask;
 
 #define MK_NO_DIAG_LO INT64_MIN
@@ -100,8 +115,8 @@ static inline void mk_visible_range(const mk_mask *mask, int64_t i, int64_t n,
         h = i + mask->diag_hi + 1;
     if (mask->key_limit < h)
         h = mask->key_limit;
-    int64_t l = 0;
-    if (mask->diag_lo != MK_NO_DIAG_LO && i + mask->diag_lo > 0)
+    int64_t l = mask->key_start > 0 ? mask->key_start : 0;
+    if (mask->diag_lo != MK_NO_DIAG_LO && i + mask->diag_lo > l)
         l = i + mask->diag_lo;
     if (h < 0)
         h = 0;
@@ -155,8 +170,8 @@ typedef void mk_qk_fn(const float *q, ptrdiff_t ldq, int64_t m,
                       const float *kp, int64_t n, int64_t d, float *s,
                       ptrdiff_t lds);
 /* The fused scale + mask + online softmax step over an m x n score tile.
- * In place, s becomes P = exp(x - row_max'), where x = scale * s + bias,
- * or -inf where masked, and row_max' = max(row_max, max_j x). Then
+ * In place, s becomes P = exp(x - row_max'), where x is the score of
+ * mk_mask (scale * s, softcap, ALiBi, bias), or -inf where masked, and row_max' = max(row_max, max_j x). Then
  * alpha[i] = exp(row_max - row_max'), row_sum = row_sum * alpha +
  * sum_j P, row_max = row_max'. A row whose maximum is still -inf gets
  * P = 0 and alpha = 1 (mk_row_next_max). */

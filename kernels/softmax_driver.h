@@ -23,6 +23,8 @@
  *   mk_v_fma(a, b, c)        a * b + c
  *   mk_v_max(x, acc)         lane-wise max, acc where x is NaN
  *   mk_v_exp(x)              exp for x <= 0, -inf and NaN (exp(-inf) = 0)
+ *   mk_v_tanh(x)             tanh for every x (tanh(+-inf) = +-1, NaN
+ *                            stays NaN): the softcap
  *   mk_v_hmax(x), mk_v_hsum(x)  lanes reduced in a fixed order
  * Optional hooks:
  *   MK_SM_FUSED_SUM          1: the exp pass also sums P (an accumulator
@@ -65,7 +67,8 @@
 /* x = scale * s (+ bias), -inf where keep is 0 and in lanes >= cnt, for a
  * chunk of cnt keys (cnt == MK_W or a tail). Lanes >= cnt are not read. */
 MK_SM_INLINE MK_V sm_scaled(const float *s, const float *bias,
-                            const uint8_t *keep, MK_V vscale, int64_t cnt)
+                            const uint8_t *keep, const uint8_t *key_keep,
+                            MK_V vscale, int64_t cnt)
 {
     const MK_V ninf = mk_v_set1(-INFINITY);
     const int full = cnt == MK_W;
@@ -75,28 +78,98 @@ MK_SM_INLINE MK_V sm_scaled(const float *s, const float *bias,
                                      : mk_v_load_n(bias, cnt));
     else
         x = mk_v_mul(vscale, x);
+    if (key_keep)
+        x = mk_v_sel(mk_v_keep(key_keep, cnt), x, ninf);
     if (keep)
         return mk_v_sel(mk_v_keep(keep, cnt), x, ninf);
     return full ? x : mk_v_sel(mk_v_lanes(cnt), x, ninf);
 }
 
+/* The score terms of one row (docs/design.md, "Score terms"): the
+ * softcap (0: off) and the ALiBi slope with the distance j - i' of the
+ * row's first visible key (slope 0 with alibi off). */
+typedef struct {
+    int on;
+    float cap, inv_cap, slope;
+    int64_t dist0;
+} sm_terms;
+
+/* 0, 1, ..., MK_W - 1: the lanes' key offsets within a chunk. */
+static const float sm_iota[16] = {0, 1, 2,  3,  4,  5,  6,  7,
+                                  8, 9, 10, 11, 12, 13, 14, 15};
+_Static_assert(MK_W <= 16, "sm_iota covers every lane");
+
+/* x = cap * tanh(scale * s / cap) (with a cap), + slope * (j - i'), +
+ * bias; -inf where keep is 0 and in lanes >= cnt, for the chunk of cnt
+ * keys at distance dist (its first key's j - i'). */
+MK_SM_INLINE MK_V sm_scaled_terms(const float *s, const float *bias,
+                                  const uint8_t *keep,
+                                  const uint8_t *key_keep, MK_V vscale,
+                                  int64_t cnt, const sm_terms *tm,
+                                  int64_t dist)
+{
+    const MK_V ninf = mk_v_set1(-INFINITY);
+    const int full = cnt == MK_W;
+    MK_V x = mk_v_mul(vscale, full ? mk_v_load(s) : mk_v_load_n(s, cnt));
+    if (tm->cap > 0.0f)
+        x = mk_v_mul(mk_v_set1(tm->cap),
+                     mk_v_tanh(mk_v_mul(x, mk_v_set1(tm->inv_cap))));
+    if (tm->slope != 0.0f)
+        x = mk_v_fma(mk_v_set1(tm->slope),
+                     mk_v_add(mk_v_set1((float)dist), mk_v_load(sm_iota)), x);
+    if (bias)
+        x = mk_v_add(x, full ? mk_v_load(bias) : mk_v_load_n(bias, cnt));
+    if (key_keep)
+        x = mk_v_sel(mk_v_keep(key_keep, cnt), x, ninf);
+    if (keep)
+        return mk_v_sel(mk_v_keep(keep, cnt), x, ninf);
+    return full ? x : mk_v_sel(mk_v_lanes(cnt), x, ninf);
+}
+
+/* Pass 1 with score terms: s[j] = x[j] for j < n; returns max_j x[j],
+ * NaN ignored. */
+static float sm_scale_mask_terms(float *s, int64_t n, float scale,
+                                 const float *bias, const uint8_t *keep,
+                                 const uint8_t *key_keep, const sm_terms *tm)
+{
+    const MK_V vscale = mk_v_set1(scale);
+    MK_V vmax = mk_v_set1(-INFINITY);
+    for (int64_t j = 0; j < n; j += MK_W) {
+        const int64_t cnt = n - j < MK_W ? n - j : MK_W;
+        MK_V x = sm_scaled_terms(s + j, bias ? bias + j : NULL,
+                                 keep ? keep + j : NULL,
+                                 key_keep ? key_keep + j : NULL, vscale, cnt,
+                                 tm,
+                                 tm->dist0 + j);
+        if (cnt == MK_W)
+            mk_v_store(s + j, x);
+        else
+            mk_v_store_n(s + j, cnt, x);
+        vmax = mk_v_max(x, vmax);
+    }
+    return mk_v_hmax(vmax);
+}
+
 /* Pass 1, general: s[j] = x[j] for j < n; returns max_j x[j], NaN
  * ignored. */
 static float sm_scale_mask(float *s, int64_t n, float scale,
-                           const float *bias, const uint8_t *keep)
+                           const float *bias, const uint8_t *keep,
+                           const uint8_t *key_keep)
 {
     const MK_V vscale = mk_v_set1(scale);
     MK_V vmax = mk_v_set1(-INFINITY);
     int64_t j = 0;
     for (; j + MK_W <= n; j += MK_W) {
         MK_V x = sm_scaled(s + j, bias ? bias + j : NULL,
-                           keep ? keep + j : NULL, vscale, MK_W);
+                           keep ? keep + j : NULL,
+                           key_keep ? key_keep + j : NULL, vscale, MK_W);
         mk_v_store(s + j, x);
         vmax = mk_v_max(x, vmax);
     }
     if (j < n) {
         MK_V x = sm_scaled(s + j, bias ? bias + j : NULL,
-                           keep ? keep + j : NULL, vscale, n - j);
+                           keep ? keep + j : NULL,
+                           key_keep ? key_keep + j : NULL, vscale, n - j);
         mk_v_store_n(s + j, n - j, x);
         vmax = mk_v_max(x, vmax);
     }
@@ -180,13 +253,17 @@ static float sm_exp(float *s, int64_t n, MK_V a, MK_V b)
  * (P = 0), else 1 with *mnew = max' and *psum = sum_j P. */
 MK_SM_INLINE int sm_row(float *row, int64_t n, int64_t lo, int64_t hi,
                         float scale, int unscaled, const float *bias,
-                        const uint8_t *keep, float old_max, float *mnew,
+                        const uint8_t *keep, const uint8_t *key_keep,
+                        const sm_terms *tm, float old_max, float *mnew,
                         float *psum)
 {
     float *vis = row + lo;
     const int64_t count = hi - lo;
     float bmax = unscaled ? scale * sm_max(vis, count)
-                          : sm_scale_mask(vis, count, scale, bias, keep);
+                 : tm->on ? sm_scale_mask_terms(vis, count, scale, bias,
+                                                keep, key_keep, tm)
+                          : sm_scale_mask(vis, count, scale, bias, keep,
+                                          key_keep);
     float mx = mk_row_next_max(vis, count, bmax, old_max);
     if (mx == -INFINITY) {
         memset(row, 0, (size_t)n * sizeof *row);
@@ -204,7 +281,8 @@ MK_SM_INLINE int sm_row(float *row, int64_t n, int64_t lo, int64_t hi,
  * The fused scale + mask + online softmax step of kernels.h. Per row, the
  * keys outside the visible range [lo, hi) of mk_visible_range are never
  * read (P = 0 there). Pass 1 finds the row maximum of x = scale * s + bias
- * (-inf where keep is 0): without bias or keep and with a finite scale > 0
+ * (-inf where keep is 0), or with score terms (softcap, ALiBi) of the score
+ * of mk_mask: without bias or keep and with a finite scale > 0
  * it is scale * max_j s (rounding is monotonic, so the same float) and s
  * is left alone, the scale folded into the exp argument; otherwise x is
  * written back. Pass 2 writes P = exp(x - max') and sums it. The alphas of
@@ -220,8 +298,13 @@ void MK_SM_FN(softmax_update)(float *s, ptrdiff_t lds, int64_t m, int64_t n,
     assert(m >= 0 && n >= 0 && mask);
     assert(m == 0 || (s && row_max && row_sum && alpha));
     assert(m <= 1 || lds >= n);
-    const int unscaled = !mask->bias && !mask->keep && scale > 0.0f &&
-                         scale < INFINITY;
+    const int terms = mask->softcap > 0.0f || mask->alibi;
+    const int unscaled = !mask->bias && !mask->keep && !mask->key_keep &&
+                         !terms &&
+                         scale > 0.0f && scale < INFINITY;
+    sm_terms tm = {terms, mask->softcap,
+                   mask->softcap > 0.0f ? 1.0f / mask->softcap : 0.0f, 0.0f,
+                   0};
     for (int64_t i0 = 0; i0 < m; i0 += MK_W) {
         const int64_t rows = m - i0 < MK_W ? m - i0 : MK_W;
         float arg[MK_W], sum[MK_W], e[MK_W];
@@ -236,9 +319,14 @@ void MK_SM_FN(softmax_update)(float *s, ptrdiff_t lds, int64_t m, int64_t n,
                 mask->bias ? mask->bias + i * mask->bias_ld + lo : NULL;
             const uint8_t *keep =
                 mask->keep ? mask->keep + i * mask->keep_ld + lo : NULL;
+            if (mask->alibi) {
+                tm.slope = mask->alibi[i * mask->alibi_ld];
+                tm.dist0 = lo - (mask->alibi_pos + i * mask->alibi_pos_step);
+            }
             float mnew = 0.0f;
             live[r] = sm_row(s + i * lds, n, lo, hi, scale, unscaled, bias,
-                             keep, row_max[i], &mnew, &sum[r]);
+                             keep, mask->key_keep ? mask->key_keep + lo : NULL,
+                             &tm, row_max[i], &mnew, &sum[r]);
             if (live[r]) {
                 arg[r] = row_max[i] - mnew;
                 row_max[i] = mnew;

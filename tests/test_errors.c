@@ -97,6 +97,73 @@ static void k_scales(attn_call *c)
     c->f->args.k.scales.data = &one;
 }
 
+/* Score terms and lse: one bad field each (a static terms struct). */
+static mha_score_terms bad_terms;
+static float bad_slopes[H], bad_sinks[H];
+static void use_terms(attn_call *c, mha_score_terms t)
+{
+    bad_terms = t;
+    c->f->args.terms = &bad_terms;
+}
+static void window_left_neg(attn_call *c)
+{
+    use_terms(c, (mha_score_terms){.window = 1, .window_left = -2});
+}
+static void window_right_neg(attn_call *c)
+{
+    use_terms(c, (mha_score_terms){.window = 1, .window_right = -5});
+}
+static void window_flag_bad(attn_call *c)
+{
+    use_terms(c, (mha_score_terms){.window = 2});
+}
+static void align_bad(attn_call *c)
+{
+    use_terms(c, (mha_score_terms){.align = (mha_align)7});
+}
+static void softcap_nan(attn_call *c)
+{
+    use_terms(c, (mha_score_terms){.softcap = NAN});
+}
+static void softcap_inf(attn_call *c)
+{
+    use_terms(c, (mha_score_terms){.softcap = INFINITY});
+}
+static void softcap_neg(attn_call *c)
+{
+    use_terms(c, (mha_score_terms){.softcap = -1.0f});
+}
+static void slope_inf(attn_call *c)
+{
+    for (int h = 0; h < H; h++)
+        bad_slopes[h] = h == 2 ? INFINITY : 0.5f;
+    use_terms(c, (mha_score_terms){.alibi_slopes = bad_slopes});
+}
+static void slope_stride_neg(attn_call *c)
+{
+    for (int h = 0; h < H; h++)
+        bad_slopes[h] = 0.5f;
+    use_terms(c, (mha_score_terms){.alibi_slopes = bad_slopes,
+                                   .alibi_stride_batch = -1});
+}
+static void sink_nan(attn_call *c)
+{
+    for (int h = 0; h < H; h++)
+        bad_sinks[h] = h == 3 ? NAN : 1.0f;
+    use_terms(c, (mha_score_terms){.sinks = bad_sinks});
+}
+static void sinks_in_out(attn_call *c)
+{
+    use_terms(c, (mha_score_terms){.sinks = c->f->out});
+}
+static void lse_is_out(attn_call *c) { c->f->args.lse = c->f->out; }
+static void lse_in_q(attn_call *c) { c->f->args.lse = c->f->q + 1; }
+static void key_keep_stride_neg(attn_call *c)
+{
+    c->f->mask.key_keep = c->f->keep;
+    c->f->mask.key_keep_stride_batch = -1;
+}
+
 #define BAD_ALL(fld, x) \
     {ARG(q.fld, x), ARG(k.fld, x), ARG(v.fld, x), ARG(out.fld, x)}
 
@@ -218,6 +285,32 @@ static const attn_bad BAD[] = {
     {{"scale +inf", MHA_ERR_BAD_ARGUMENT, "scale"}, {SCALE(INFINITY)}, NULL},
     {{"scale -inf", MHA_ERR_BAD_ARGUMENT, "scale"}, {SCALE(-INFINITY)},
      NULL},
+    {{"terms.window_left -2", MHA_ERR_BAD_MASK, "terms.window_left"},
+     {{0}}, window_left_neg},
+    {{"terms.window_right -5", MHA_ERR_BAD_MASK, "terms.window_right"},
+     {{0}}, window_right_neg},
+    {{"terms.window 2", MHA_ERR_BAD_MASK, "terms.window"}, {{0}},
+     window_flag_bad},
+    {{"terms.align 7", MHA_ERR_BAD_ARGUMENT, "terms.align"}, {{0}},
+     align_bad},
+    {{"terms.softcap NaN", MHA_ERR_BAD_ARGUMENT, "terms.softcap"}, {{0}},
+     softcap_nan},
+    {{"terms.softcap inf", MHA_ERR_BAD_ARGUMENT, "terms.softcap"}, {{0}},
+     softcap_inf},
+    {{"terms.softcap -1", MHA_ERR_BAD_ARGUMENT, "terms.softcap"}, {{0}},
+     softcap_neg},
+    {{"terms.alibi_slopes inf", MHA_ERR_BAD_ARGUMENT, "terms.alibi_slopes"},
+     {{0}}, slope_inf},
+    {{"terms.alibi_stride_batch -1", MHA_ERR_BAD_ARGUMENT,
+      "terms.alibi_stride_batch"}, {{0}}, slope_stride_neg},
+    {{"terms.sinks NaN", MHA_ERR_BAD_ARGUMENT, "terms.sinks"}, {{0}},
+     sink_nan},
+    {{"terms.sinks inside out", MHA_ERR_BAD_ARGUMENT, "terms.sinks"}, {{0}},
+     sinks_in_out},
+    {{"lse is out", MHA_ERR_BAD_STRIDE, "lse"}, {{0}}, lse_is_out},
+    {{"lse inside q", MHA_ERR_BAD_STRIDE, "lse"}, {{0}}, lse_in_q},
+    {{"mask.key_keep_stride_batch -1", MHA_ERR_BAD_MASK,
+      "mask.key_keep_stride_batch"}, {{0}}, key_keep_stride_neg},
     /* No dtype of this version takes scales. */
     {{"k.scales.data set", MHA_ERR_UNSUPPORTED, "k.scales"}, {{0}},
      k_scales},

@@ -3,7 +3,8 @@
  * table this build and CPU can run (kernel_check.h), on edge tiles and
  * every mk_mask field alone and combined: keep (per row and broadcast),
  * bias (with -inf entries), the left edge diag_lo, the causal diagonal
- * diag_hi, a sliding window (both), key_limit, and rows that see nothing
+ * diag_hi, a sliding window (both), key_limit, key_start, key_keep, the
+ * score terms (softcap, ALiBi per row and shared), and rows that see nothing
  * (empty ranges on either side, lo past hi). Two consecutive tiles per
  * case, from a fresh state and from a running max above every score. The
  * reference is a double loop that decides visibility key by key from the
@@ -25,7 +26,8 @@ enum {
     MV_CAUSAL_0, MV_CAUSAL_NEG, MV_CAUSAL_POS, MV_CAUSAL_ALL,
     MV_LIMIT_0, MV_LIMIT_HALF, MV_LIMIT_ABOVE, MV_ALL,
     MV_LO_0, MV_LO_NEG, MV_LO_POS, MV_LO_ALL, MV_WINDOW, MV_WINDOW_CROSSED,
-    MV_WINDOW_LIMIT, MV_WINDOW_ALL, N_MASK_VARIANTS
+    MV_WINDOW_LIMIT, MV_WINDOW_ALL, MV_SOFTCAP, MV_ALIBI, MV_ALIBI_SHARED,
+    MV_KEY_KEEP, MV_TERMS_ALL, N_MASK_VARIANTS
 };
 static const char *const MV_NAME[] = {
     "none", "keep", "keep ld 0", "bias", "bias ld 0", "causal 0",
@@ -33,14 +35,16 @@ static const char *const MV_NAME[] = {
     "key_limit n/2", "key_limit n+100", "everything", "diag_lo 0",
     "diag_lo -3", "diag_lo 5", "diag_lo all hidden", "window [-4, 0]",
     "window lo > hi", "window + key_limit n/2",
-    "window + keep + bias + key_limit"};
+    "window + keep + bias + key_limit", "softcap 2", "alibi per row",
+    "alibi one query (step 0)", "key_keep + key_start",
+    "softcap + alibi + key_keep + keep + bias + window"};
 _Static_assert(sizeof MV_NAME / sizeof MV_NAME[0] == N_MASK_VARIANTS,
                "a name per mask variant");
 
 typedef struct mask_buf {
     mk_mask mask;
-    uint8_t *keep;
-    float *bias;
+    uint8_t *keep, *key_keep;
+    float *bias, *alibi;
 } mask_buf;
 
 /* Mask variant v for an m x n tile. Keep-masks hide every fifth row
@@ -52,9 +56,31 @@ static void make_mask(int v, int64_t m, int64_t n, test_rng *r, mask_buf *mb)
     mb->mask.diag_hi = MK_NO_DIAG_HI;
     mb->mask.key_limit = n;
     int keep = v == MV_KEEP || v == MV_KEEP_BROADCAST || v == MV_ALL ||
-               v == MV_WINDOW_ALL;
+               v == MV_WINDOW_ALL || v == MV_TERMS_ALL;
     int bias = v == MV_BIAS || v == MV_BIAS_BROADCAST || v == MV_ALL ||
-               v == MV_WINDOW_ALL;
+               v == MV_WINDOW_ALL || v == MV_TERMS_ALL;
+    if (v == MV_SOFTCAP || v == MV_TERMS_ALL)
+        mb->mask.softcap = 2.0f;
+    if (v == MV_ALIBI || v == MV_ALIBI_SHARED || v == MV_TERMS_ALL) {
+        mb->alibi = test_alloc((size_t)m * sizeof(float));
+        for (int64_t i = 0; i < m; i++)
+            mb->alibi[i] = 0.5f * rng_uniform(r);
+        mb->mask.alibi = mb->alibi;
+        mb->mask.alibi_ld = v == MV_ALIBI_SHARED ? 0 : 1;
+        mb->mask.alibi_pos = v == MV_ALIBI ? n / 2 : -7;
+        mb->mask.alibi_pos_step = v == MV_ALIBI_SHARED ? 0 : 1;
+    }
+    if (v == MV_KEY_KEEP || v == MV_TERMS_ALL) {
+        mb->key_keep = test_alloc((size_t)n + 1);
+        for (int64_t j = 0; j < n; j++)
+            mb->key_keep[j] = rng_uniform(r) > -0.6f;
+        mb->mask.key_keep = mb->key_keep;
+        mb->mask.key_start = v == MV_KEY_KEEP ? n / 3 : 0;
+    }
+    if (v == MV_TERMS_ALL) {
+        mb->mask.diag_lo = -6;
+        mb->mask.diag_hi = 3;
+    }
     if (keep) {
         ptrdiff_t ld = v == MV_KEEP_BROADCAST ? 0 : n + 3;
         int64_t rows = ld ? m : 1;
@@ -131,7 +157,9 @@ static int ref_hidden(const mk_mask *mk, int64_t i, int64_t j)
         return 1;
     if (mk->diag_hi != MK_NO_DIAG_HI && j > i + mk->diag_hi)
         return 1;
-    if (j >= mk->key_limit)
+    if (j >= mk->key_limit || j < mk->key_start)
+        return 1;
+    if (mk->key_keep && mk->key_keep[j] == 0)
         return 1;
     return mk->keep && mk->keep[i * mk->keep_ld + j] == 0;
 }
@@ -148,6 +176,11 @@ static void ref_softmax_update(const float *s, ptrdiff_t lds, int64_t m,
         double mx = row_max[i];
         for (int64_t j = 0; j < n; j++) {
             double x = (double)scale * s[i * lds + j];
+            if (mk->softcap > 0.0f)
+                x = mk->softcap * tanh(x / mk->softcap);
+            if (mk->alibi)
+                x += (double)mk->alibi[i * mk->alibi_ld] *
+                     (double)(j - (mk->alibi_pos + i * mk->alibi_pos_step));
             if (mk->bias)
                 x += mk->bias[i * mk->bias_ld + j];
             if (ref_hidden(mk, i, j))
@@ -296,7 +329,8 @@ static void softmax_case(const table_set *ts, int64_t m, int64_t n, int v,
         free(max_ref[k]), free(sum_ref[k]);
     }
     free(rm), free(rs), free(one), free(exact_p), free(exact_row);
-    free(mag_max), free(mb.keep), free(mb.bias);
+    free(mag_max), free(mb.keep), free(mb.bias), free(mb.alibi);
+    free(mb.key_keep);
 }
 
 static void softmax_tile(const table_set *ts, int64_t m, int64_t n,

@@ -23,6 +23,7 @@ Suite *suite_kernel_decode(void);
 Suite *suite_decode(void);
 Suite *suite_stress(void);
 Suite *suite_api(void);
+Suite *suite_terms(void);
 
 /* An engine for isa with nthreads, or a test failure. */
 mha_engine *make_engine(mha_isa isa, int nthreads);
@@ -71,8 +72,8 @@ size_t count_changed_outside(const float *buf, size_t n, const mha_tensor *t);
 void check_attention(const mha_attention_args *args, size_t out_floats,
                      int want_weights, int nthreads, const char *what);
 /* rows x lk weights of one run against the oracle's: within abs + rel,
- * exactly zero where the oracle's are, rows summing to 1 (TOL_WEIGHT_SUM)
- * unless fully masked. */
+ * exactly zero where the oracle's are, rows summing to the oracle's sum
+ * (1, or less with a sink) within TOL_WEIGHT_SUM unless fully masked. */
 void check_weights(const float *got, const double *want, int64_t rows,
                    int64_t lk, double abs, double rel, const char *what,
                    const char *isa);

@@ -47,6 +47,7 @@ MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y)
 /* MAXPS returns its second operand when either is NaN. */
 #define mk_v_max _mm256_max_ps
 #define mk_v_exp Sleef_expf8_u10avx2
+#define mk_v_tanh Sleef_tanhf8_u10avx2
 MK_INLINE float mk_v_hmax(MK_V x)
 {
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(x),

@@ -55,6 +55,7 @@ MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y)
 /* VMAXPS returns its second operand when either is NaN. */
 #define mk_v_max _mm512_max_ps
 #define mk_v_exp Sleef_expf16_u10avx512f
+#define mk_v_tanh Sleef_tanhf16_u10avx512f
 #define mk_v_hmax _mm512_reduce_max_ps
 #define mk_v_hsum _mm512_reduce_add_ps
 #define mk_v_stream _mm512_stream_ps

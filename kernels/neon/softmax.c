@@ -50,6 +50,7 @@ MK_INLINE MK_V mk_v_fma(MK_V a, MK_V b, MK_V c) { return vfmaq_f32(c, a, b); }
 /* FMAXNM returns the number when one operand is NaN. */
 MK_INLINE MK_V mk_v_max(MK_V x, MK_V acc) { return vmaxnmq_f32(x, acc); }
 MK_INLINE MK_V mk_v_exp(MK_V x) { return Sleef_expf4_u10advsimd(x); }
+MK_INLINE MK_V mk_v_tanh(MK_V x) { return Sleef_tanhf4_u10advsimd(x); }
 MK_INLINE float mk_v_hmax(MK_V x) { return vmaxnmvq_f32(x); }
 MK_INLINE float mk_v_hsum(MK_V x) { return vaddvq_f32(x); }
 

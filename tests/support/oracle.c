@@ -25,6 +25,8 @@ int oracle_hidden(const mha_mask *mask, int64_t b, int64_t h, int64_t i,
         return 1;
     if (mask->key_lengths && j >= mask->key_lengths[b])
         return 1;
+    if (mask->key_keep && mask->key_keep[b * mask->key_keep_stride_batch + j] == 0)
+        return 1;
     if (mask->keep) {
         int64_t at = b * mask->keep_stride_batch + h * mask->keep_stride_head +
                      i * mask->keep_stride_query + j;
@@ -44,9 +46,36 @@ static double bias_at(const mha_mask *mask, int64_t b, int64_t h, int64_t i,
                       i * mask->bias_stride_query + j];
 }
 
+/* i', the aligned position of query i. */
+static int64_t aligned(const mha_score_terms *terms, int64_t i, int64_t lq,
+                       int64_t lk)
+{
+    return terms->align == MHA_ALIGN_TOP_LEFT ? i : i + lk - lq;
+}
+
+int oracle_outside_window(const mha_score_terms *terms, int64_t i,
+                          int64_t j, int64_t lq, int64_t lk)
+{
+    if (!terms || !terms->window)
+        return 0;
+    int64_t ip = aligned(terms, i, lq, lk);
+    if (terms->window_left >= 0 && j < ip - terms->window_left)
+        return 1;
+    return terms->window_right >= 0 && j > ip + terms->window_right;
+}
+
 void oracle_sdpa(const oracle_dims *dims, const double *q, const double *k,
                  const double *v, const mha_mask *mask, double scale,
                  double *out, double *weights)
+{
+    oracle_sdpa_terms(dims, q, k, v, mask, NULL, scale, out, weights, NULL);
+}
+
+void oracle_sdpa_terms(const oracle_dims *dims, const double *q,
+                       const double *k, const double *v,
+                       const mha_mask *mask, const mha_score_terms *terms,
+                       double scale, double *out, double *weights,
+                       double *lse)
 {
     const int64_t B = dims->batch, Lq = dims->lq, Lk = dims->lk;
     const int64_t H = dims->heads, Hkv = dims->kv_heads;
@@ -65,8 +94,21 @@ void oracle_sdpa(const oracle_dims *dims, const double *q, const double *k,
                     double dot = 0.0;
                     for (int64_t c = 0; c < d; c++)
                         dot += qi[c] * kj[c];
-                    double x = scale * dot + bias_at(mask, b, h, i, j);
-                    if (oracle_hidden(mask, b, h, i, j, Lq, Lk))
+                    double x = scale * dot;
+                    if (terms && terms->softcap > 0.0f) {
+                        double cap = terms->softcap;
+                        x = cap * tanh(x / cap);
+                    }
+                    if (terms && terms->alibi_slopes) {
+                        double slope =
+                            terms->alibi_slopes[b * terms->alibi_stride_batch +
+                                                h];
+                        x += -slope *
+                             (double)(aligned(terms, i, Lq, Lk) - j);
+                    }
+                    x += bias_at(mask, b, h, i, j);
+                    if (oracle_hidden(mask, b, h, i, j, Lq, Lk) ||
+                        oracle_outside_window(terms, i, j, Lq, Lk))
                         x = -INFINITY;
                     s[i * Lk + j] = x;
                 }
@@ -74,17 +116,27 @@ void oracle_sdpa(const oracle_dims *dims, const double *q, const double *k,
             /* Pass 2: row max and sum; pass 3: normalise, then P V. */
             for (int64_t i = 0; i < Lq; i++) {
                 double *si = &s[i * Lk];
-                double mx = -INFINITY;
-                for (int64_t j = 0; j < Lk; j++)
+                /* A sink is one more logit in the denominator, with no
+                 * value. */
+                int has_sink = terms && terms->sinks;
+                double sink = has_sink ? terms->sinks[h] : -INFINITY;
+                double mx = sink;
+                int nan = 0;
+                for (int64_t j = 0; j < Lk; j++) {
                     if (si[j] > mx)
                         mx = si[j];
-                double sum = 0.0;
+                    nan |= si[j] != si[j];
+                }
+                double sum = has_sink && mx != -INFINITY ? exp(sink - mx) : 0.0;
                 for (int64_t j = 0; j < Lk; j++) {
                     si[j] = mx == -INFINITY ? 0.0 : exp(si[j] - mx);
                     sum += si[j];
                 }
                 for (int64_t j = 0; j < Lk; j++)
                     si[j] = sum > 0.0 ? si[j] / sum : 0.0;
+                if (lse)
+                    lse[(b * H + h) * Lq + i] =
+                        nan ? NAN : sum > 0.0 ? mx + log(sum) : -INFINITY;
 
                 double *oi = &out[((b * Lq + i) * H + h) * dv];
                 for (int64_t c = 0; c < dv; c++)
@@ -117,14 +169,22 @@ static double *gather(const mha_tensor *t)
 void oracle_attention(const mha_attention_args *args, double *out,
                       double *weights)
 {
+    oracle_attention_lse(args, out, weights, NULL);
+}
+
+void oracle_attention_lse(const mha_attention_args *args, double *out,
+                          double *weights, double *lse)
+{
     oracle_dims dims = {.batch = args->q.batch, .lq = args->q.seq,
                         .lk = args->k.seq, .heads = args->q.heads,
                         .kv_heads = args->k.heads, .d = args->q.dim,
                         .dv = args->v.dim};
-    double scale = args->scale != 0.0f ? (double)args->scale
-                                       : 1.0 / sqrt((double)dims.d);
+    double scale = args->scale != 0.0f || args->scale_explicit
+                       ? (double)args->scale
+                       : 1.0 / sqrt((double)dims.d);
     double *q = gather(&args->q), *k = gather(&args->k), *v = gather(&args->v);
-    oracle_sdpa(&dims, q, k, v, args->mask, scale, out, weights);
+    oracle_sdpa_terms(&dims, q, k, v, args->mask, args->terms, scale, out,
+                      weights, lse);
     free(q);
     free(k);
     free(v);

@@ -20,18 +20,34 @@ typedef struct oracle_dims {
 int oracle_hidden(const mha_mask *mask, int64_t b, int64_t h, int64_t i,
                   int64_t j, int64_t lq, int64_t lk);
 
+/* 1 if key j lies outside query i's sliding window of terms (NULL or
+ * window 0: never). */
+int oracle_outside_window(const mha_score_terms *terms, int64_t i,
+                          int64_t j, int64_t lq, int64_t lk);
+
 /* Attention on packed double arrays: q [B,Lq,H,d], k [B,Lk,Hkv,d],
  * v [B,Lk,Hkv,dv]; writes out [B,Lq,H,dv] and, when non-NULL, weights
  * [B,H,Lq,Lk]. mask may be NULL. */
 void oracle_sdpa(const oracle_dims *dims, const double *q, const double *k,
                  const double *v, const mha_mask *mask, double scale,
                  double *out, double *weights);
+/* The same with score terms (NULL: none; mha.h's definitions: softcap,
+ * ALiBi, window, sinks) and, when non-NULL, lse [B,H,Lq]. */
+void oracle_sdpa_terms(const oracle_dims *dims, const double *q,
+                       const double *k, const double *v,
+                       const mha_mask *mask, const mha_score_terms *terms,
+                       double scale, double *out, double *weights,
+                       double *lse);
 
 /* mha_attention's problem read through its views (strides honoured,
  * half-precision K/V decoded; args->out and args->weights are ignored).
  * out is packed [B,Lq,H,dv], weights packed [B,H,Lq,Lk] or NULL. */
 void oracle_attention(const mha_attention_args *args, double *out,
                       double *weights);
+/* The same with lse [B,H,Lq] (when non-NULL); args->terms, key_keep and
+ * scale_explicit are honoured by both. */
+void oracle_attention_lse(const mha_attention_args *args, double *out,
+                          double *weights, double *lse);
 
 /* nn.MultiheadAttention(batch_first=True): query [B,Lq,E], key [B,Lk,kdim],
  * value [B,Lk,vdim], weights of desc in nn.Linear layout. out [B,Lq,E];

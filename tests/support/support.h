@@ -31,6 +31,10 @@
  * (depth up to 129, unit-scale data), measured the same way. */
 #define TOL_REF_ABS 1e-5
 #define TOL_REF_REL 1e-5
+/* A row's log-sum-exp (the lse output, mha_merge_states) vs the oracle:
+ * fp32 sums of exp and one logf. */
+#define TOL_LSE_ABS 1e-5
+#define TOL_LSE_REL 1e-5
 /* |sum_j weights[i][j] - 1| for a row that is not fully masked. */
 #define TOL_WEIGHT_SUM 1e-5
 /* Half-precision K/V against the oracle of the unrounded fp32 draws in
