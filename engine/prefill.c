@@ -117,19 +117,42 @@ static void key_step(const mk_table *t, const mha_problem *p,
     t->pv(sc->s, bk, rb->rows, nk, v, ldv, dv, sc->alpha, o, dv);
 }
 
+/* Packs keys [k0, k0 + nk) of the row block's head into the head cache
+ * and copies its values, as key_step would. */
+static void ensure_cached(const mk_table *t, const mha_problem *p,
+                          const mha_row_block *rb, const mha_scratch *sc,
+                          int64_t k0, int64_t nk)
+{
+    mha_head_cache *c = sc->cache;
+    if (cache_claim(&c->head, &c->lo, &c->hi, rb->k, k0, nk)) {
+        ptrdiff_t ldk;
+        const float *k = f32_rows(t, rb->k, p->k_dtype, p->k_ss, k0, nk,
+                                  p->d, sc->kw, &ldk);
+        t->pack(k, ldk, nk, p->d, sc->kp + t->packed_floats(k0, p->d));
+    }
+    ptrdiff_t ldv;
+    cached_values(t, p, rb, sc, k0, nk, &ldv);
+}
+
 /* Rows of the causal diagonal processed together: a multiple of every
  * table's row tile (generic 4, avx2 6, neon 8, avx512 12). */
 #define DIAG_ROWS 48
 
 /* Whether key block [k0, k0 + nk) is cut into row sub-blocks: it crosses
- * the causal diagonal, so the first rows see only part of it. Only with
- * the head cache (the sub-blocks share one packing) and without weights
- * (whose rows are written whole). */
-static int splits_diagonal(const mha_row_block *rb, const mha_scratch *sc,
-                           int64_t k0, int64_t nk)
+ * the causal diagonal (the first rows see only part of it) or a window's
+ * left edge (the last rows see only part of it) by more than a sub-block.
+ * Only with the head cache (the sub-blocks share one packing) and without
+ * weights (whose rows are written whole). */
+static int splits_rows(const mha_row_block *rb, const mha_scratch *sc,
+                       int64_t k0, int64_t nk)
 {
-    return sc->cache && !rb->w && rb->diag_hi != MK_NO_DIAG_HI &&
-           rb->rows > DIAG_ROWS && rb->diag_hi + DIAG_ROWS < k0 + nk;
+    if (!sc->cache || rb->w || rb->rows <= DIAG_ROWS)
+        return 0;
+    int diagonal = rb->diag_hi != MK_NO_DIAG_HI &&
+                   rb->diag_hi + DIAG_ROWS < k0 + nk;
+    int left_edge = rb->diag_lo != MK_NO_DIAG_LO &&
+                    rb->rows - 1 + rb->diag_lo > k0 + DIAG_ROWS;
+    return diagonal || left_edge;
 }
 
 /* Rows [r, r + n) of a row block (n cut at its end). */
@@ -143,7 +166,8 @@ static mha_row_block sub_block(const mha_row_block *rb, int64_t r, int64_t n)
         sub.keep += r * rb->keep_ld;
     if (sub.bias)
         sub.bias += r * rb->bias_ld;
-    sub.diag_hi += r;
+    if (sub.diag_hi != MK_NO_DIAG_HI)
+        sub.diag_hi += r;
     if (sub.diag_lo != MK_NO_DIAG_LO)
         sub.diag_lo += r;
     if (sub.alibi) {
@@ -162,19 +186,25 @@ void mha_prefill_step(const mk_table *t, const mha_problem *p,
                       const mha_scratch *sc, int64_t k0, int64_t nk, float *o,
                       float *m, float *l)
 {
-    if (!splits_diagonal(rb, sc, k0, nk)) {
+    if (!splits_rows(rb, sc, k0, nk)) {
         key_step(t, p, pl, rb, sc, k0, nk, o, m, l);
         return;
     }
-    /* Last sub-block first: it sees the whole key block, so the block is
-     * packed (and its values copied) once for all of them. */
-    int64_t dv = p->dv;
-    for (int64_t r = (rb->rows - 1) / DIAG_ROWS * DIAG_ROWS; r >= 0;
-         r -= DIAG_ROWS) {
+    /* The whole block is packed and its values copied once into the head
+     * cache; each sub-block then computes only the keys its rows see,
+     * starting at a packing panel (packed_floats(1, d) / d keys) so its
+     * keys' panels are found at packed_floats(start, d). */
+    int64_t dv = p->dv, panel = (int64_t)t->packed_floats(1, p->d) / p->d;
+    ensure_cached(t, p, rb, sc, k0, nk);
+    for (int64_t r = 0; r < rb->rows; r += DIAG_ROWS) {
         mha_row_block sub = sub_block(rb, r, DIAG_ROWS);
-        int64_t seen = sub.rows - 1 + sub.diag_hi - k0 + 1;
-        if (seen > 0)
-            key_step(t, p, pl, &sub, sc, k0, seen < nk ? seen : nk,
-                     o + r * dv, m + r, l + r);
+        int64_t lo = k0, hi = k0 + nk;
+        if (sub.diag_lo != MK_NO_DIAG_LO && sub.diag_lo > lo)
+            lo = k0 + (sub.diag_lo - k0) / panel * panel;
+        if (sub.diag_hi != MK_NO_DIAG_HI && sub.rows + sub.diag_hi < hi)
+            hi = sub.rows + sub.diag_hi;
+        if (hi > lo)
+            key_step(t, p, pl, &sub, sc, lo, hi - lo, o + r * dv, m + r,
+                     l + r);
     }
 }
