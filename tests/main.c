@@ -19,6 +19,7 @@ static const struct {
     {"kernels", suite_kernels},     {"softmax", suite_softmax},
     {"kernel_decode", suite_kernel_decode}, {"decode", suite_decode},
     {"stress", suite_stress},       {"api", suite_api},
+    {"quant", suite_quant},
 };
 
 int main(int argc, char **argv)

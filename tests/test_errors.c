@@ -218,7 +218,7 @@ static const attn_bad BAD[] = {
     {{"scale +inf", MHA_ERR_BAD_ARGUMENT, "scale"}, {SCALE(INFINITY)}, NULL},
     {{"scale -inf", MHA_ERR_BAD_ARGUMENT, "scale"}, {SCALE(-INFINITY)},
      NULL},
-    /* No dtype of this version takes scales. */
+    /* The float dtypes take no scales (quantised ones: tests/test_quant.c). */
     {{"k.scales.data set", MHA_ERR_UNSUPPORTED, "k.scales"}, {{0}},
      k_scales},
 };
