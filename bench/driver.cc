@@ -47,6 +47,8 @@ const Shape kShapes[] = {
     {"decode", 1, 32, 32, 1, 4096, 128},
     {"decode", 8, 32, 32, 1, 2048, 128},
     {"decode", 1, 32, 32, 1, 4096, 128, MHA_F16},
+    {"decode", 1, 32, 32, 1, 4096, 128, MHA_I8},
+    {"decode", 1, 32, 32, 1, 4096, 128, MHA_FP8_E4M3},
     {"decode", 1, 32, 8, 1, 8192, 128},
     {"decode", 1, 1, 1, 1, 32768, 128},
     {"layer", 1, 8, 8, 512, 512, 64},
@@ -66,7 +68,12 @@ std::string ShapeName(const Shape &s)
                   static_cast<long long>(s.b), static_cast<long long>(s.h),
                   static_cast<long long>(s.hkv), static_cast<long long>(s.lq),
                   static_cast<long long>(s.lk), static_cast<long long>(s.d));
-    const char *suffix = s.kv == MHA_F16 ? "_F16" : s.kv == MHA_BF16 ? "_BF16" : "";
+    const char *suffix = s.kv == MHA_F16        ? "_F16"
+                         : s.kv == MHA_BF16     ? "_BF16"
+                         : s.kv == MHA_I8       ? "_I8"
+                         : s.kv == MHA_FP8_E4M3 ? "_FP8_E4M3"
+                         : s.kv == MHA_FP8_E5M2 ? "_FP8_E5M2"
+                                                : "";
     return buf + std::string(suffix);
 }
 

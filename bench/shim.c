@@ -33,6 +33,8 @@ struct bench_case {
     float *q, *k, *v, *out;  /* the layer: query, key (= value), out */
     float *scratch;          /* BLAS only */
     size_t out_count;
+    void *kq, *vq;           /* 8-bit K/V codes and their row scales */
+    float *ks, *vs;
 };
 
 /* 64-byte aligned, rounded up to whole cache lines as aligned_alloc wants. */
@@ -70,8 +72,8 @@ static mha_tensor make_tensor(float *data, const bench_spec *s, int64_t seq,
  * overwritten. */
 static void narrow(float *x, size_t n, mha_dtype dtype)
 {
-    if (dtype == MHA_F32)
-        return;
+    if (dtype == MHA_F32 || mha_dtype_size(dtype) == 1)
+        return; /* 8-bit: quantised by quantize_kv */
     char *bytes = (char *)x;
     for (size_t i = 0; i < n; ++i) {
         float f;
@@ -83,6 +85,30 @@ static void narrow(float *x, size_t n, mha_dtype dtype)
             mha_f32_to_f16(&f, 1, &h);
         memcpy(bytes + i * sizeof h, &h, sizeof h);
     }
+}
+
+/* An 8-bit K/V view t (fp32 values) quantised into new codes with one
+ * computed scale per (token, kv head) row. */
+static int quantize_kv(mha_tensor *t, mha_dtype dtype, void **codes,
+                       float **scales)
+{
+    size_t rows = (size_t)(t->batch * t->seq * t->heads);
+    *codes = alloc_floats((rows * (size_t)t->dim + 3) / 4);
+    *scales = alloc_floats(rows);
+    if (!*codes || !*scales)
+        return bench_fail("out of memory for the 8-bit K/V");
+    mha_tensor q = mha_tensor_bshd(*codes, t->batch, t->seq, t->heads,
+                                   t->dim);
+    if (t->stride_head > t->stride_seq) /* [B, H, S, D] */
+        q = mha_tensor_bhsd(*codes, t->batch, t->seq, t->heads, t->dim);
+    q.dtype = dtype;
+    q.scales = (mha_scales){NULL, t->seq * t->heads, t->heads, 1};
+    mha_status st = mha_quantize(t, &q, *scales);
+    if (st != MHA_OK)
+        return bench_fail("mha_quantize: %s", mha_last_error());
+    q.scales.data = *scales;
+    *t = q;
+    return 0;
 }
 
 static int check_spec(const bench_spec *s)
@@ -144,8 +170,14 @@ static int setup_attention(bench_case *c)
     c->args.q = make_tensor(c->q, s, s->lq, s->heads);
     c->args.k = make_tensor(c->k, s, s->lk, s->kv_heads);
     c->args.v = make_tensor(c->v, s, s->lk, s->kv_heads);
-    c->args.k.dtype = c->args.v.dtype = s->kv_dtype;
     c->args.out = make_tensor(c->out, s, s->lq, s->heads);
+    if (mha_dtype_size(s->kv_dtype) == 1) {
+        if (quantize_kv(&c->args.k, s->kv_dtype, &c->kq, &c->ks) ||
+            quantize_kv(&c->args.v, s->kv_dtype, &c->vq, &c->vs))
+            return -1;
+    } else {
+        c->args.k.dtype = c->args.v.dtype = s->kv_dtype;
+    }
 
     if (s->impl == BENCH_IMPL_ATTENTION)
         return create_engine(c);
@@ -272,6 +304,7 @@ void bench_case_destroy(bench_case *c)
     free(c->v);
     free(c->out);
     free(c->scratch);
+    free(c->kq), free(c->vq), free(c->ks), free(c->vs);
     free(c);
 }
 

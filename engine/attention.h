@@ -74,6 +74,8 @@ typedef struct {
     const float *q;
     ptrdiff_t ldq;
     const char *k, *v; /* bytes: the element type is the problem's */
+    const float *ks, *vs; /* quantised K/V: the head's scales (row j at
+                             j * k_scales.stride_seq), else NULL */
     float *out;
     ptrdiff_t ldo;
     float *w; /* weights rows, or NULL */

@@ -7,14 +7,21 @@
 #include "engine.h"
 
 _Static_assert(MK_F32 == (int)MHA_F32 && MK_F16 == (int)MHA_F16 &&
-                   MK_BF16 == (int)MHA_BF16,
+                   MK_BF16 == (int)MHA_BF16 && MK_I8 == (int)MHA_I8 &&
+                   MK_FP8_E4M3 == (int)MHA_FP8_E4M3 &&
+                   MK_FP8_E5M2 == (int)MHA_FP8_E5M2 &&
+                   MK_DTYPE_COUNT == (int)MHA_FP8_E5M2 + 1,
                "mk_dtype mirrors mha_dtype");
 
-/* name, bytes, may store keys/values, may be q/out (compute dtype) */
+/* name, bytes, may store keys/values, may be q/out (compute dtype),
+ * needs scales, largest finite code (quantised) */
 static const mha_dtype_traits traits[MK_DTYPE_COUNT] = {
-    [MHA_F32] = {"f32", 4, 1, 1},
-    [MHA_F16] = {"f16", 2, 1, 0},
-    [MHA_BF16] = {"bf16", 2, 1, 0},
+    [MHA_F32] = {"f32", 4, 1, 1, 0, 0},
+    [MHA_F16] = {"f16", 2, 1, 0, 0, 0},
+    [MHA_BF16] = {"bf16", 2, 1, 0, 0, 0},
+    [MHA_I8] = {"i8", 1, 1, 0, 1, 127},
+    [MHA_FP8_E4M3] = {"fp8_e4m3", 1, 1, 0, 1, 448},
+    [MHA_FP8_E5M2] = {"fp8_e5m2", 1, 1, 0, 1, 57344},
 };
 
 const mha_dtype_traits *mha_dtype_traits_of(mha_dtype dtype)
@@ -22,7 +29,10 @@ const mha_dtype_traits *mha_dtype_traits_of(mha_dtype dtype)
     switch (dtype) {
     case MHA_F32:
     case MHA_F16:
-    case MHA_BF16: return &traits[dtype];
+    case MHA_BF16:
+    case MHA_I8:
+    case MHA_FP8_E4M3:
+    case MHA_FP8_E5M2: return &traits[dtype];
     }
     return NULL;
 }

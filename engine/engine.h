@@ -45,6 +45,8 @@ typedef struct {
     size_t size;
     int kv_ok;      /* may store keys and values */
     int compute_ok; /* may be q and out */
+    int needs_scale; /* quantised: tensors carry mha_scales */
+    float qmax;      /* quantised: the largest finite code's value */
 } mha_dtype_traits;
 const mha_dtype_traits *mha_dtype_traits_of(mha_dtype dtype);
 
@@ -53,6 +55,7 @@ typedef struct mha_problem {
     const float *q;
     const void *k, *v; /* of k_dtype, v_dtype */
     mha_dtype k_dtype, v_dtype;
+    mha_scales k_scales, v_scales; /* quantised K/V; else zero */
     float *out;
     int64_t batch, lq, lk, heads, kv_heads, d, dv;
     int64_t q_sb, q_ss, q_sh; /* element strides: batch, seq, head */
@@ -107,12 +110,16 @@ mha_status mha_check_views(const mha_views *views);
  * the caller's (or zeros). */
 mha_status mha_check_outputs(const mha_views *views, mha_mask *mask,
                              mha_score_terms *terms);
-/* One view's checks (kv: a K/V storage dtype is allowed); *range is its
- * byte span. */
+/* One view's checks (mha_quantize, the layer, the merge): pointer, dtype
+ * against its role (kv: a K/V storage dtype is allowed), shape, strides,
+ * extent (into *range), and the scales of a quantised dtype (their values
+ * too when scale_values). */
 mha_status mha_check_tensor(const mha_tensor *t, const char *name, int kv,
-                            mha_span *range);
-/* Distinct indices of t map to distinct elements. */
+                            int scale_values, mha_span *range);
+/* Distinct indices of a validated tensor reach distinct elements. */
 int mha_non_self_overlapping(const mha_tensor *t);
+/* The byte range of a validated quantised tensor's scales. */
+mha_span mha_scales_span(const mha_tensor *t);
 
 /* mha_attention's validation: the views, the shape rules of attention,
  * the scale; fills *problem. */

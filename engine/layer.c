@@ -271,12 +271,12 @@ mha_status mha_layer_forward_ex(const mha_layer *layer,
     if (average) {
         const mha_tensor vw = view(args->weights, batch, lq, 1, lk);
         mha_span rw, r;
-        if ((st = mha_check_tensor(&vw, "weights", 0, &rw)) != MHA_OK)
+        if ((st = mha_check_tensor(&vw, "weights", 0, 0, &rw)) != MHA_OK)
             return st;
         const mha_tensor *all[4] = {&vq, &vk, &vv, &vo};
         const char *all_names[4] = {"query", "key", "value", "out"};
         for (int i = 0; i < 4; i++) {
-            mha_check_tensor(all[i], all_names[i], 0, &r);
+            mha_check_tensor(all[i], all_names[i], 0, 0, &r);
             if (mha_spans_overlap(rw, r))
                 return mha_fail(MHA_ERR_BAD_STRIDE, "weights overlap %s",
                                 all_names[i]);

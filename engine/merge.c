@@ -79,7 +79,7 @@ static mha_status check_merge(const mha_merge_args *a)
     const mha_tensor *o = &a->out;
     mha_span ro, rl = {0, 0}, r;
     mha_status st;
-    if ((st = mha_check_tensor(o, "out", 0, &ro)) != MHA_OK)
+    if ((st = mha_check_tensor(o, "out", 0, 0, &ro)) != MHA_OK)
         return st;
     if (!mha_non_self_overlapping(o))
         return mha_fail(MHA_ERR_BAD_STRIDE,
@@ -105,7 +105,7 @@ static mha_status check_merge(const mha_merge_args *a)
     for (int64_t c = 0; c < a->parts; c++) {
         const mha_tensor *t = &a->outs[c];
         snprintf(name, sizeof name, "outs[%lld]", (long long)c);
-        if ((st = mha_check_tensor(t, name, 0, &r)) != MHA_OK)
+        if ((st = mha_check_tensor(t, name, 0, 0, &r)) != MHA_OK)
             return st;
         if (t->batch != o->batch || t->seq != o->seq ||
             t->heads != o->heads || t->dim != o->dim)

@@ -160,6 +160,13 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
     size_t ks = mha_dtype_size(p->k_dtype), vs = mha_dtype_size(p->v_dtype);
     rb.k = (const char *)p->k + (size_t)(b * p->k_sb + hk * p->k_sh) * ks;
     rb.v = (const char *)p->v + (size_t)(b * p->v_sb + hk * p->v_sh) * vs;
+    const mha_scales *ksc = &p->k_scales, *vsc = &p->v_scales;
+    rb.ks = ksc->data ? ksc->data + b * ksc->stride_batch +
+                            hk * ksc->stride_head
+                      : NULL;
+    rb.vs = vsc->data ? vsc->data + b * vsc->stride_batch +
+                            hk * vsc->stride_head
+                      : NULL;
     rb.out = p->out + b * p->o_sb + i * p->o_ss + h * p->o_sh;
     rb.ldo = step_o;
     rb.w = p->weights ? p->weights + ((b * p->heads + h) * p->lq + i) * p->lk

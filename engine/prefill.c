@@ -9,11 +9,14 @@
 #include "attention.h"
 
 /* Rows [k0, k0 + n) of a K or V head as fp32 rows of width elements: the
- * rows themselves (row stride *ld), or their widened copy in buf. */
+ * rows themselves (row stride *ld), or their widened copy in buf; a
+ * quantised row's values times its scale (row r's at scale[r * scale_ss];
+ * scale NULL for the float dtypes). */
 static const float *f32_rows(const mk_table *t, const char *head,
                              mha_dtype dtype, int64_t stride, int64_t k0,
                              int64_t n, int64_t width, float *buf,
-                             ptrdiff_t *ld)
+                             ptrdiff_t *ld, const float *scale,
+                             int64_t scale_ss)
 {
     size_t es = mha_dtype_size(dtype);
     const char *x = head + (size_t)(k0 * stride) * es;
@@ -22,8 +25,15 @@ static const float *f32_rows(const mk_table *t, const char *head,
         return (const float *)x;
     }
     mk_widen_fn *widen = t->widen[dtype];
-    for (int64_t r = 0; r < n; r++)
-        widen(x + (size_t)(r * stride) * es, width, buf + r * width);
+    for (int64_t r = 0; r < n; r++) {
+        float *y = buf + r * width;
+        widen(x + (size_t)(r * stride) * es, width, y);
+        if (scale) {
+            float sc = scale[(k0 + r) * scale_ss];
+            for (int64_t c = 0; c < width; c++)
+                y[c] *= sc;
+        }
+    }
     *ld = width;
     return buf;
 }
@@ -54,7 +64,8 @@ static const float *cached_values(const mk_table *t, const mha_problem *p,
 {
     int64_t dv = p->dv;
     if (p->v_dtype == MHA_F32 && p->v_ss == dv)
-        return f32_rows(t, rb->v, p->v_dtype, p->v_ss, k0, nk, dv, NULL, ld);
+        return f32_rows(t, rb->v, p->v_dtype, p->v_ss, k0, nk, dv, NULL, ld,
+                        NULL, 0);
     mha_head_cache *c = sc->cache;
     float *dst = sc->vw + k0 * dv;
     if (cache_claim(&c->vhead, &c->vlo, &c->vhi, rb->v, k0, nk)) {
@@ -66,11 +77,23 @@ static const float *cached_values(const mk_table *t, const mha_problem *p,
         } else {
             ptrdiff_t ignored;
             f32_rows(t, rb->v, p->v_dtype, p->v_ss, k0, nk, dv, dst,
-                     &ignored);
+                     &ignored, rb->vs, p->v_scales.stride_seq);
         }
     }
     *ld = dv;
     return dst;
+}
+
+/* Keys [k0, k0 + nk) of the row block's head, widened (and scaled) to
+ * fp32 when stored narrower, packed into kp. */
+static void pack_keys(const mk_table *t, const mha_problem *p,
+                      const mha_row_block *rb, const mha_scratch *sc,
+                      int64_t k0, int64_t nk, float *kp)
+{
+    ptrdiff_t ldk;
+    const float *k = f32_rows(t, rb->k, p->k_dtype, p->k_ss, k0, nk, p->d,
+                              sc->kw, &ldk, rb->ks, p->k_scales.stride_seq);
+    t->pack(k, ldk, nk, p->d, kp);
 }
 
 void mha_prefill_scores(const mk_table *t, const mha_problem *p,
@@ -89,12 +112,8 @@ void mha_prefill_scores(const mk_table *t, const mha_problem *p,
         kp += t->packed_floats(k0, p->d);
         pack = cache_claim(&c->head, &c->lo, &c->hi, rb->k, k0, nk);
     }
-    if (pack) {
-        ptrdiff_t ldk;
-        const float *k = f32_rows(t, rb->k, p->k_dtype, p->k_ss, k0, nk,
-                                  p->d, sc->kw, &ldk);
-        t->pack(k, ldk, nk, p->d, kp);
-    }
+    if (pack)
+        pack_keys(t, p, rb, sc, k0, nk, kp);
     t->qk(rb->q, rb->ldq, rb->rows, kp, nk, p->d, sc->s, pl->key_block);
     t->softmax_update(sc->s, pl->key_block, rb->rows, nk, p->scale, &mk, m,
                       row_sum, sc->alpha);
@@ -113,7 +132,8 @@ static void key_step(const mk_table *t, const mha_problem *p,
     ptrdiff_t ldv;
     const float *v = sc->cache ? cached_values(t, p, rb, sc, k0, nk, &ldv)
                                : f32_rows(t, rb->v, p->v_dtype, p->v_ss, k0,
-                                          nk, dv, sc->vw, &ldv);
+                                          nk, dv, sc->vw, &ldv, rb->vs,
+                                          p->v_scales.stride_seq);
     t->pv(sc->s, bk, rb->rows, nk, v, ldv, dv, sc->alpha, o, dv);
 }
 
@@ -124,12 +144,8 @@ static void ensure_cached(const mk_table *t, const mha_problem *p,
                           int64_t k0, int64_t nk)
 {
     mha_head_cache *c = sc->cache;
-    if (cache_claim(&c->head, &c->lo, &c->hi, rb->k, k0, nk)) {
-        ptrdiff_t ldk;
-        const float *k = f32_rows(t, rb->k, p->k_dtype, p->k_ss, k0, nk,
-                                  p->d, sc->kw, &ldk);
-        t->pack(k, ldk, nk, p->d, sc->kp + t->packed_floats(k0, p->d));
-    }
+    if (cache_claim(&c->head, &c->lo, &c->hi, rb->k, k0, nk))
+        pack_keys(t, p, rb, sc, k0, nk, sc->kp + t->packed_floats(k0, p->d));
     ptrdiff_t ldv;
     cached_values(t, p, rb, sc, k0, nk, &ldv);
 }

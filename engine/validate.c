@@ -41,10 +41,63 @@ static int extent_span(const void *base, const int64_t *sizes,
     return 1;
 }
 
+/* The scales of a quantised tensor: strides, extent, then every scale
+ * once (an axis of stride 0 is one scale) finite and nonzero. The values
+ * are data, but a zero or non-finite scale makes every score of its row
+ * NaN or meaningless, so it is refused before anything is written. */
+static mha_status check_scales(const mha_tensor *t, const char *name,
+                               int values)
+{
+    const mha_scales *sc = &t->scales;
+    const int64_t sizes[3] = {t->batch, t->seq, t->heads};
+    const int64_t strides[3] = {sc->stride_batch, sc->stride_seq,
+                                sc->stride_head};
+    const char *snames[3] = {"stride_batch", "stride_seq", "stride_head"};
+    for (int i = 0; i < 3; i++)
+        if (strides[i] < 0)
+            return mha_fail(MHA_ERR_BAD_STRIDE, "%s.scales.%s (%lld) is "
+                            "negative", name, snames[i],
+                            (long long)strides[i]);
+    mha_span r;
+    if (!extent_span(sc->data, sizes, strides, 3, sizeof(float), &r))
+        return mha_fail(MHA_ERR_OVERFLOW,
+                        "%s.scales spans more bytes than fit in 64 bits",
+                        name);
+    if (!values)
+        return MHA_OK;
+    int64_t nb = strides[0] ? sizes[0] : 1, ns = strides[1] ? sizes[1] : 1,
+            nh = strides[2] ? sizes[2] : 1;
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t s = 0; s < ns; s++)
+            for (int64_t h = 0; h < nh; h++) {
+                float x = sc->data[b * strides[0] + s * strides[1] +
+                                   h * strides[2]];
+                if (!isfinite(x) || x == 0.0f)
+                    return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                                    "%s.scales[b=%lld, s=%lld, h=%lld] (%g) "
+                                    "is not a finite nonzero number",
+                                    name, (long long)b, (long long)s,
+                                    (long long)h, (double)x);
+            }
+    return MHA_OK;
+}
+
+mha_span mha_scales_span(const mha_tensor *t)
+{
+    const mha_scales *sc = &t->scales;
+    const int64_t sizes[3] = {t->batch, t->seq, t->heads};
+    const int64_t strides[3] = {sc->stride_batch, sc->stride_seq,
+                                sc->stride_head};
+    mha_span r = {0, 0};
+    if (sc->data)
+        extent_span(sc->data, sizes, strides, 3, sizeof(float), &r);
+    return r;
+}
+
 /* kv: the tensor stores keys or values (a K/V storage dtype), else it is
  * a query or an output (a compute dtype). */
 mha_status mha_check_tensor(const mha_tensor *t, const char *name, int kv,
-                            mha_span *range)
+                            int scale_values, mha_span *range)
 {
     if (!t->data)
         return mha_fail(MHA_ERR_NULL_POINTER, "%s.data is NULL", name);
@@ -58,10 +111,14 @@ mha_status mha_check_tensor(const mha_tensor *t, const char *name, int kv,
                         "%s.dtype (%s) is not supported for %s", name,
                         tr->name, kv ? "keys and values" : "queries and "
                                                            "outputs");
-    if (t->scales.data)
+    if (!tr->needs_scale && t->scales.data)
         return mha_fail(MHA_ERR_UNSUPPORTED,
                         "%s.scales is set, but %s.dtype (%s) takes no scale",
                         name, name, tr->name);
+    if (tr->needs_scale && !t->scales.data)
+        return mha_fail(MHA_ERR_NULL_POINTER,
+                        "%s.scales.data is NULL, but %s.dtype (%s) needs "
+                        "scales", name, name, tr->name);
     size_t elem = tr->size;
     const int64_t sizes[4] = {t->batch, t->seq, t->heads, t->dim};
     const char *axes[4] = {"batch", "seq", "heads", "dim"};
@@ -80,7 +137,7 @@ mha_status mha_check_tensor(const mha_tensor *t, const char *name, int kv,
     if (!extent_span(t->data, sizes, strides, 4, elem, range))
         return mha_fail(MHA_ERR_OVERFLOW,
                         "%s spans more bytes than fit in 64 bits", name);
-    return MHA_OK;
+    return tr->needs_scale ? check_scales(t, name, scale_values) : MHA_OK;
 }
 
 /* Distinct indices of t map to distinct elements: sorted by stride, each
@@ -334,10 +391,10 @@ mha_status mha_check_views(const mha_views *views)
     mha_span r;
     mha_status st;
     for (int i = 0; i < views->n_in; i++)
-        if ((st = mha_check_tensor(views->in[i], views->in_name[i], i > 0, &r)) !=
-            MHA_OK)
+        if ((st = mha_check_tensor(views->in[i], views->in_name[i], i > 0, 1,
+                               &r)) != MHA_OK)
             return st;
-    return mha_check_tensor(views->out, views->out_name, 0, &r);
+    return mha_check_tensor(views->out, views->out_name, 0, 1, &r);
 }
 
 mha_status mha_check_outputs(const mha_views *views, mha_mask *mask,
@@ -346,9 +403,9 @@ mha_status mha_check_outputs(const mha_views *views, mha_mask *mask,
     const mha_tensor *o = views->out;
     mha_span ro, rw = {0, 0}, inputs[3];
     /* Extents were checked by mha_check_views. */
-    mha_check_tensor(o, views->out_name, 0, &ro);
+    mha_check_tensor(o, views->out_name, 0, 0, &ro);
     for (int i = 0; i < views->n_in; i++)
-        mha_check_tensor(views->in[i], views->in_name[i], i > 0, &inputs[i]);
+        mha_check_tensor(views->in[i], views->in_name[i], i > 0, 0, &inputs[i]);
     if (!mha_non_self_overlapping(o))
         return mha_fail(MHA_ERR_BAD_STRIDE,
                         "%s strides (%lld, %lld, %lld) make distinct "
@@ -358,6 +415,11 @@ mha_status mha_check_outputs(const mha_views *views, mha_mask *mask,
     for (int i = 0; i < views->n_in; i++)
         if (mha_spans_overlap(ro, inputs[i]))
             return mha_fail(MHA_ERR_BAD_STRIDE, "%s overlaps %s",
+                            views->out_name, views->in_name[i]);
+    mha_span rs[3];
+    for (int i = 0; i < views->n_in; i++)
+        if (mha_spans_overlap(ro, rs[i] = mha_scales_span(views->in[i])))
+            return mha_fail(MHA_ERR_BAD_STRIDE, "%s overlaps %s.scales",
                             views->out_name, views->in_name[i]);
 
     int64_t B = views->batch, H = views->heads, Lq = views->lq,
@@ -395,6 +457,10 @@ mha_status mha_check_outputs(const mha_views *views, mha_mask *mask,
                             mha_spans_overlap(rl, ro) ? views->out_name
                                                       : "weights");
     }
+    for (int i = 0; i < views->n_in; i++)
+        if (mha_spans_overlap(rw, rs[i]))
+            return mha_fail(MHA_ERR_BAD_STRIDE, "weights overlap %s.scales",
+                            views->in_name[i]);
     if ((st = mha_validate_mask(views->mask, B, H, Lq, Lk, mask)) != MHA_OK)
         return st;
     if ((st = mha_check_mask_disjoint(mask, B, H, Lq, Lk,
@@ -419,6 +485,7 @@ void mha_problem_init(mha_problem *p, const mha_tensor *q,
 {
     p->q = q->data, p->k = k->data, p->v = v->data, p->out = o->data;
     p->k_dtype = k->dtype, p->v_dtype = v->dtype;
+    p->k_scales = k->scales, p->v_scales = v->scales;
     p->batch = q->batch, p->lq = q->seq, p->lk = k->seq, p->heads = q->heads;
     p->kv_heads = k->heads, p->d = q->dim, p->dv = v->dim;
     p->q_sb = q->stride_batch, p->q_ss = q->stride_seq;
@@ -483,3 +550,5 @@ mha_status mha_validate_attention(const mha_attention_args *args,
         p->scale = args->scale;
     return MHA_OK;
 }
+
+

@@ -4,7 +4,11 @@
  * masking. The "model" is a stand-in that makes up each token's q, k and v;
  * the attention calls are the real ones. Prints tokens per second.
  *
- *   kv_cache [prompt] [new_tokens] [f32|f16|bf16]      (default 512 256 f32)
+ *   kv_cache [prompt] [new_tokens] [f32|f16|bf16|i8|fp8_e4m3|fp8_e5m2]
+ *                                                       (default 512 256 f32)
+ *
+ * The 8-bit caches keep one fp32 scale per (token, kv head) row, computed
+ * by mha_quantize as each token is appended.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -31,10 +35,25 @@ static float act(unsigned pos, unsigned i, unsigned salt)
     return (float)(x >> 8) / 8388608.0f - 1.0f;
 }
 
-/* Writes token pos's k and v (all kv heads) into the cache. */
-static void append(void *kc, void *vc, mha_dtype dt, unsigned pos)
+/* Writes token pos's k and v (all kv heads) into the cache; an 8-bit
+ * cache also gets the rows' scales (ks, vs: [capacity, HKV]). */
+static void append(void *kc, void *vc, float *ks, float *vs, mha_dtype dt,
+                   unsigned pos)
 {
     size_t at = (size_t)pos * HKV * D;
+    if (mha_dtype_size(dt) == 1) {
+        float k[HKV * D], v[HKV * D];
+        for (unsigned i = 0; i < HKV * D; i++)
+            k[i] = act(pos, i, 1), v[i] = act(pos, i, 2);
+        mha_tensor src = mha_tensor_bshd(k, 1, 1, HKV, D);
+        mha_tensor dst = mha_tensor_bshd((char *)kc + at, 1, 1, HKV, D);
+        dst.dtype = dt;
+        dst.scales.stride_head = 1;
+        mha_quantize(&src, &dst, ks + (size_t)pos * HKV);
+        src.data = v, dst.data = (char *)vc + at;
+        mha_quantize(&src, &dst, vs + (size_t)pos * HKV);
+        return;
+    }
     for (unsigned i = 0; i < HKV * D; i++) {
         float k = act(pos, i, 1), v = act(pos, i, 2);
         if (dt == MHA_F32) {
@@ -55,10 +74,11 @@ int main(int argc, char **argv)
     int prompt = argc > 1 ? atoi(argv[1]) : 512;
     int gen = argc > 2 ? atoi(argv[2]) : 256;
     mha_dtype dt = MHA_F32;
-    if (argc > 3)
-        dt = strcmp(argv[3], "f16") == 0    ? MHA_F16
-             : strcmp(argv[3], "bf16") == 0 ? MHA_BF16
-                                            : MHA_F32;
+    const mha_dtype kinds[] = {MHA_F32, MHA_F16, MHA_BF16, MHA_I8,
+                               MHA_FP8_E4M3, MHA_FP8_E5M2};
+    for (size_t i = 0; argc > 3 && i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strcmp(argv[3], mha_dtype_name(kinds[i])) == 0)
+            dt = kinds[i];
     if (prompt < 1 || gen < 0)
         return 2;
     int capacity = prompt + gen;
@@ -67,7 +87,9 @@ int main(int argc, char **argv)
     void *vc = malloc((size_t)capacity * HKV * D * esize);
     float *q = malloc(sizeof(float) * (size_t)prompt * H * D);
     float *out = malloc(sizeof(float) * (size_t)prompt * H * D);
-    if (!kc || !vc || !q || !out)
+    float *ks = malloc(sizeof(float) * (size_t)capacity * HKV);
+    float *vs = malloc(sizeof(float) * (size_t)capacity * HKV);
+    if (!kc || !vc || !q || !out || !ks || !vs)
         return 1;
 
     mha_engine *engine;
@@ -79,7 +101,7 @@ int main(int argc, char **argv)
 
     /* Prefill: the whole prompt attends to itself. */
     for (int t = 0; t < prompt; t++) {
-        append(kc, vc, dt, (unsigned)t);
+        append(kc, vc, ks, vs, dt, (unsigned)t);
         for (unsigned i = 0; i < H * D; i++)
             q[(size_t)t * H * D + i] = act((unsigned)t, i, 3);
     }
@@ -89,6 +111,10 @@ int main(int argc, char **argv)
     a.k = mha_tensor_bshd(kc, 1, prompt, HKV, D);
     a.v = mha_tensor_bshd(vc, 1, prompt, HKV, D);
     a.k.dtype = a.v.dtype = dt;
+    if (mha_dtype_size(dt) == 1) { /* one scale per (token, kv head) */
+        a.k.scales = (mha_scales){ks, 0, HKV, 1};
+        a.v.scales = (mha_scales){vs, 0, HKV, 1};
+    }
     a.out = mha_tensor_bshd(out, 1, prompt, H, D);
     if (st == MHA_OK)
         st = mha_attention(engine, &a);
@@ -97,7 +123,7 @@ int main(int argc, char **argv)
     /* Decode: one new token at a time against the growing cache. */
     double checksum = 0;
     for (int t = prompt; t < capacity && st == MHA_OK; t++) {
-        append(kc, vc, dt, (unsigned)t);
+        append(kc, vc, ks, vs, dt, (unsigned)t);
         for (unsigned i = 0; i < H * D; i++)
             q[i] = act((unsigned)t, i, 3);
         a.q = mha_tensor_bshd(q, 1, 1, H, D);
@@ -119,6 +145,6 @@ int main(int argc, char **argv)
     printf("decode %d tokens (cache %d..%d): %.1f tokens/s, checksum %.6f\n",
            gen, prompt + 1, capacity, gen / (t2 - t1), checksum);
     mha_engine_destroy(engine);
-    free(kc), free(vc), free(q), free(out);
+    free(kc), free(vc), free(q), free(out), free(ks), free(vs);
     return 0;
 }

@@ -188,6 +188,9 @@ void inject_specials(const special_request *r,
         case MHA_F32: value = &special_values[v]; break;
         case MHA_F16: value = &special_f16[v]; break;
         case MHA_BF16: value = &special_bf16[v]; break;
+        case MHA_I8:
+        case MHA_FP8_E4M3:
+        case MHA_FP8_E5M2: break; /* refused without scales: no specials */
         }
         if (!value) /* an invalid dtype code: the call is refused anyway */
             continue;
@@ -212,6 +215,11 @@ void fill_values(buffer *b, mha_dtype dtype, uint64_t seed)
         case MHA_F32: memcpy(b->data + i, &x, 4); continue;
         case MHA_F16: mha_f32_to_f16(&x, 1, &h); break;
         case MHA_BF16: mha_f32_to_bf16(&x, 1, &h); break;
+        case MHA_I8:
+        case MHA_FP8_E4M3:
+        case MHA_FP8_E5M2: /* any code */
+            b->data[i] = (char)(rng_next(&s) >> 56);
+            continue;
         }
         memcpy(b->data + i, &h, 2);
     }

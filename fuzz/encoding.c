@@ -92,9 +92,11 @@ unsigned threads_code(int threads)
     return no_code("threads", threads);
 }
 
-/* Half of the codes give fp32: most requests keep fp32 K/V. */
-static const int dtype_values[8] = {MHA_F32, MHA_F32, MHA_F32, MHA_F32,
-                                    MHA_F16, MHA_BF16, 3, -1};
+/* Most codes give fp32: most requests keep fp32 K/V. The quantised
+ * dtypes come without scales (the case builder sets none), so they reach
+ * the scales checks (MHA_ERR_NULL_POINTER) only. */
+static const int dtype_values[8] = {MHA_F32, MHA_F32, MHA_F32, MHA_F16,
+                                    MHA_BF16, MHA_I8, MHA_FP8_E4M3, -1};
 
 mha_dtype dtype_of(unsigned code)
 {

@@ -269,8 +269,12 @@ void attention_model(attention_case *c, const mha_engine *engine,
         int dt = (int)t[i]->dtype;
         if (!t[i]->data)
             add_fault(f, MHA_ERR_NULL_POINTER, "a tensor's data is NULL");
-        if (!(dt == MHA_F32 || (half_ok && (dt == MHA_F16 || dt == MHA_BF16))))
+        int quant = dt == MHA_I8 || dt == MHA_FP8_E4M3 || dt == MHA_FP8_E5M2;
+        if (!(dt == MHA_F32 ||
+              (half_ok && (dt == MHA_F16 || dt == MHA_BF16 || quant))))
             add_fault(f, MHA_ERR_UNSUPPORTED, "a dtype is not supported");
+        if (half_ok && quant && !t[i]->scales.data)
+            add_fault(f, MHA_ERR_NULL_POINTER, "quantised K/V without scales");
         if (t[i]->batch <= 0 || t[i]->seq <= 0 || t[i]->heads <= 0 ||
             t[i]->dim <= 0)
             add_fault(f, MHA_ERR_BAD_SHAPE, "a size is not positive");

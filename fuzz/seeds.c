@@ -319,7 +319,8 @@ static void attention_seeds(const mask_req *all_masks, const special *sp,
     ATTN("bad-mask-stride", .mask = {M_KEEP, 0, {6, 3, 0}, {0}, {0}});
     ATTN("bad-scale-nan", .scale = {8, 1});
     ATTN("bad-scale-inf", .scale = {9, 0});
-    ATTN("bad-dtype-k", .k = 3);
+    ATTN("bad-dtype-k", .k = -1);
+    ATTN("quant-k-no-scales", .k = MHA_I8, .Lq = 1, .Lk = 73, .d = 40);
     /* q.dtype = 1 (f16): the value's low bit clear, dtype value >> 1 */
     ATTN("bad-dtype-q", CORRUPT({C_Q + F_DATA, 2, 0}));
     ATTN("bad-null-q", CORRUPT({C_Q + F_DATA, 1, 0}));

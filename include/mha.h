@@ -124,17 +124,26 @@ MHA_API int mha_isa_available(mha_isa isa);
 /* Tensors                                                             */
 
 /* Element types. q and out are always MHA_F32; k and v may be stored in
- * half precision (each independently): converted to fp32 in registers,
- * accumulated in fp32. Other combinations give MHA_ERR_UNSUPPORTED. */
+ * half precision or quantised to 8 bits (each independently): converted to
+ * fp32 in registers, accumulated in fp32. Other combinations give
+ * MHA_ERR_UNSUPPORTED. A quantised element's value is its code times the
+ * scale of its (batch, seq, head) row (mha_scales, required). */
 typedef enum mha_dtype {
     MHA_F32 = 0,
-    MHA_F16 = 1, /* IEEE binary16, as uint16_t */
-    MHA_BF16 = 2 /* bfloat16, as uint16_t */
+    MHA_F16 = 1,      /* IEEE binary16, as uint16_t */
+    MHA_BF16 = 2,     /* bfloat16, as uint16_t */
+    MHA_I8 = 3,       /* symmetric int8 code (int8_t), scaled */
+    MHA_FP8_E4M3 = 4, /* OCP 8-bit E4M3 (uint8_t): max 448, S.1111.111 is
+                         NaN, no infinities; scaled */
+    MHA_FP8_E5M2 = 5  /* OCP 8-bit E5M2 (uint8_t): max 57344, infinities
+                         and NaN as binary16's high byte; scaled */
 } mha_dtype;
 
-/* Bytes of one element: 4, 2, 2; 0 for a value that is not an mha_dtype. */
+/* Bytes of one element: 4, 2, 2, 1, 1, 1; 0 for a value that is not an
+ * mha_dtype. */
 MHA_API size_t mha_dtype_size(mha_dtype dtype);
-/* "f32", "f16", "bf16"; "unknown" for other values. */
+/* "f32", "f16", "bf16", "i8", "fp8_e4m3", "fp8_e5m2"; "unknown" for other
+ * values. */
 MHA_API const char *mha_dtype_name(mha_dtype dtype);
 
 /* Conversions between fp32 and the half-precision storage types, n
@@ -149,8 +158,11 @@ MHA_API void mha_bf16_to_f32(const uint16_t *x, size_t n, float *y);
 /* Per-row or per-tensor scales of a quantised tensor: element (b, s, h) of
  * a logical [batch, seq, heads] array of floats at data + b*stride_batch +
  * s*stride_seq + h*stride_head (0 broadcasts: one scale per tensor is all
- * strides 0). Reserved for quantised dtypes; no dtype of this version
- * takes a scale, so data must be NULL (MHA_ERR_UNSUPPORTED otherwise). */
+ * strides 0, one per head stride_batch = stride_seq = 0). Required by the
+ * quantised dtypes (NULL: MHA_ERR_NULL_POINTER); each scale must be finite
+ * and nonzero (MHA_ERR_BAD_ARGUMENT), strides non-negative
+ * (MHA_ERR_BAD_STRIDE). The float dtypes take none: data must be NULL
+ * (MHA_ERR_UNSUPPORTED otherwise). */
 typedef struct mha_scales {
     const float *data;
     int64_t stride_batch, stride_seq, stride_head;
@@ -165,8 +177,26 @@ typedef struct mha_tensor {
     int64_t batch, seq, heads, dim;
     int64_t stride_batch, stride_seq, stride_head;
     mha_dtype dtype;
-    mha_scales scales; /* zero: none (the only form this version takes) */
+    mha_scales scales; /* quantised dtypes only; zero: none */
 } mha_tensor;
+
+/* Quantises src (MHA_F32) into dst (MHA_I8, MHA_FP8_E4M3 or MHA_FP8_E5M2,
+ * the same shape; dst->data is written, dst must not overlap src). With
+ * scales_out NULL the scales are the caller's, dst->scales (validated as
+ * for mha_attention). Otherwise they are computed and written to
+ * scales_out at dst->scales' strides (dst->scales.data must be NULL or
+ * scales_out, and scales_out must not overlap src or dst): each scale is
+ * absmax / 127, / 448 or / 57344 over the finite elements of the rows that
+ * share it (a stride of 0 shares it: all strides 0 is one scale for the
+ * tensor), raised to FLT_MIN when smaller (an all-zero row gets FLT_MIN,
+ * never 0). Then each element x becomes the code nearest x / scale
+ * (computed in double), ties to even, saturated to the largest finite code
+ * (+-127, +-448, +-57344). NaN becomes 0 (int8, which has no NaN) or NaN
+ * (fp8, sign kept); +-infinity saturates to +-127 and +-448 and stays
+ * +-infinity in E5M2, which has one. Like every function, validates
+ * everything before writing anything. Paged caches: a later form. */
+MHA_API mha_status mha_quantize(const mha_tensor *src, const mha_tensor *dst,
+                                float *scales_out);
 
 /* Packed [B, S, H, D] (PyTorch batch_first, heads split from E). */
 MHA_API mha_tensor mha_tensor_bshd(void *data, int64_t batch, int64_t seq,

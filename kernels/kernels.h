@@ -39,6 +39,9 @@ typedef enum mk_dtype {
     MK_F32 = 0,
     MK_F16 = 1,  /* IEEE binary16 */
     MK_BF16 = 2, /* bfloat16 */
+    MK_I8 = 3,       /* symmetric int8 code, times a per-row scale */
+    MK_FP8_E4M3 = 4, /* OCP E4M3 (NaN 0x7F/0xFF, no infinities), scaled */
+    MK_FP8_E5M2 = 5, /* OCP E5M2 (the top byte of a binary16), scaled */
     MK_DTYPE_COUNT
 } mk_dtype;
 
@@ -49,19 +52,40 @@ static inline size_t mk_dtype_size(mk_dtype t)
     case MK_F32: return 4;
     case MK_F16: return 2;
     case MK_BF16: return 2;
+    case MK_I8:
+    case MK_FP8_E4M3:
+    case MK_FP8_E5M2: return 1;
     case MK_DTYPE_COUNT: break;
     }
     return 0;
 }
 
-/* Runs CALL(T) with T the constant (MK_F32, MK_F16 or MK_BF16) that t
- * holds, so a kernel inlined with its element type as a constant gets one
+/* Whether rows of the dtype carry a scale (dequantised value = code x the
+ * row's scale; docs/design.md, "Dtypes"). */
+static inline int mk_dtype_scaled(mk_dtype t)
+{
+    switch (t) {
+    case MK_F32:
+    case MK_F16:
+    case MK_BF16: return 0;
+    case MK_I8:
+    case MK_FP8_E4M3:
+    case MK_FP8_E5M2: return 1;
+    case MK_DTYPE_COUNT: break;
+    }
+    return 0;
+}
+
+/* Runs CALL(T) with T the constant (MK_F32, MK_F16, ...) that t holds, so a kernel inlined with its element type as a constant gets one
  * instance per dtype. Exhaustive, like every switch over mk_dtype. */
 #define MK_FOR_DTYPE(t, CALL)                                             \
     switch (t) {                                                          \
     case MK_F32: CALL(MK_F32); break;                                     \
     case MK_F16: CALL(MK_F16); break;                                     \
     case MK_BF16: CALL(MK_BF16); break;                                   \
+    case MK_I8: CALL(MK_I8); break;                                       \
+    case MK_FP8_E4M3: CALL(MK_FP8_E4M3); break;                           \
+    case MK_FP8_E5M2: CALL(MK_FP8_E5M2); break;                           \
     case MK_DTYPE_COUNT: break;                                           \
     }
 
@@ -187,19 +211,29 @@ typedef void mk_pv_fn(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
 typedef void mk_normalize_fn(const float *o, ptrdiff_t ldo, int64_t m,
                              int64_t dv, const float *row_sum, float *out,
                              ptrdiff_t ldout);
-/* Decode (m <= MK_DECODE_ROWS query rows). decode_qk: s[i][j] = sum_p
- * q[i][p] * K[j][p], unscaled, with key j's row at k + j * ldk elements of
- * type kt. decode_pv: o[i][c] = alpha[i] * o[i][c] + sum_j p[i][j] *
- * V[j][c], c < dv, value rows at v + j * ldv elements of type vt. Both may
+/* Decode (m <= MK_DECODE_ROWS query rows). decode_qk: s[i][j] = sk_j *
+ * sum_p q[i][p] * K[j][p], unscaled by the softmax scale, with key j's row
+ * at k + j * ldk elements of type kt. decode_pv: o[i][c] = alpha[i] *
+ * o[i][c] + sum_j (p[i][j] * sv_j) * V[j][c], c < dv, value rows at
+ * v + j * ldv elements of type vt. K[j][p] and V[j][c] are the exact
+ * values of their codes; sk_j = ks[j * ks_ld] (sv_j = vs[j * vs_ld]) is
+ * the row's scale when the dtype is scaled (mk_dtype_scaled; ks_ld 0
+ * broadcasts one scale), and ks is NULL and sk_j = 1 (no multiply) when it
+ * is not. A kernel may compute on the codes times a power of two and undo
+ * it in the row's factor: the rounding is that of the formula. Both may
  * prefetch rows they will read later, never past row n - 1. */
 typedef void mk_decode_qk_fn(const float *q, ptrdiff_t ldq, int64_t m,
                              const void *k, mk_dtype kt, ptrdiff_t ldk,
-                             int64_t n, int64_t d, float *s, ptrdiff_t lds);
+                             const float *ks, ptrdiff_t ks_ld, int64_t n,
+                             int64_t d, float *s, ptrdiff_t lds);
 typedef void mk_decode_pv_fn(const float *p, ptrdiff_t ldp, int64_t m,
                              int64_t n, const void *v, mk_dtype vt,
-                             ptrdiff_t ldv, int64_t dv, const float *alpha,
-                             float *o, ptrdiff_t ldo);
-/* Widens n elements of one dtype to fp32 exactly (NaN stays NaN). */
+                             ptrdiff_t ldv, const float *vs, ptrdiff_t vs_ld,
+                             int64_t dv, const float *alpha, float *o,
+                             ptrdiff_t ldo);
+/* Widens n elements of one dtype to fp32 exactly (NaN stays NaN); a scaled
+ * dtype's codes widen to their unscaled values (the engine applies the
+ * row's scale). */
 typedef void mk_widen_fn(const void *x, int64_t n, float *y);
 /* c = a w^T (+ bias): w packed by pack (n rows of depth k). */
 typedef void mk_linear_fn(const float *a, ptrdiff_t lda, int64_t m,

@@ -117,11 +117,11 @@ def best_peak(results, threads):
     return max(peaks) if peaks else None
 
 
-HALF_SUFFIXES = ("_F16", "_BF16")
+HALF_SUFFIXES = ("_F16", "_BF16", "_I8", "_FP8_E4M3", "_FP8_E5M2")
 
 
 def fp32_twin(shape):
-    """'B1_..._D128_F16' -> 'B1_..._D128' (half-precision K/V cases), else
+    """'B1_..._D128_F16' -> 'B1_..._D128' (half-precision or 8-bit K/V), else
     None."""
     for suffix in HALF_SUFFIXES:
         if shape.endswith(suffix):

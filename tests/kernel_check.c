@@ -26,7 +26,9 @@ void get_tables(table_set *ts)
                           t->softmax_update && t->pv && t->normalize &&
                           t->decode_qk && t->decode_pv &&
                           t->widen[MK_F32] && t->widen[MK_F16] &&
-                          t->widen[MK_BF16] && t->linear &&
+                          t->widen[MK_BF16] && t->widen[MK_I8] &&
+                          t->widen[MK_FP8_E4M3] && t->widen[MK_FP8_E5M2] &&
+                          t->linear &&
                           t->fma_chains && t->fma_chains_flops > 0,
                       "table %s has an empty slot", mha_isa_name(ts->isa[i]));
         ck_assert_str_eq(t->name, mha_isa_name(ts->isa[i]));

@@ -20,6 +20,7 @@ static const struct {
     {"kernel_decode", suite_kernel_decode}, {"decode", suite_decode},
     {"stress", suite_stress},       {"api", suite_api},
     {"terms", suite_terms},
+    {"quant", suite_quant},
 };
 
 int main(int argc, char **argv)

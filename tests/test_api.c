@@ -119,12 +119,18 @@ START_TEST(dtype_size_and_name)
     ck_assert_uint_eq(mha_dtype_size(MHA_F32), 4);
     ck_assert_uint_eq(mha_dtype_size(MHA_F16), 2);
     ck_assert_uint_eq(mha_dtype_size(MHA_BF16), 2);
-    ck_assert_uint_eq(mha_dtype_size((mha_dtype)3), 0);
+    ck_assert_uint_eq(mha_dtype_size(MHA_I8), 1);
+    ck_assert_uint_eq(mha_dtype_size(MHA_FP8_E4M3), 1);
+    ck_assert_uint_eq(mha_dtype_size(MHA_FP8_E5M2), 1);
+    ck_assert_uint_eq(mha_dtype_size((mha_dtype)6), 0);
     ck_assert_uint_eq(mha_dtype_size((mha_dtype)-1), 0);
     ck_assert_str_eq(mha_dtype_name(MHA_F32), "f32");
     ck_assert_str_eq(mha_dtype_name(MHA_F16), "f16");
     ck_assert_str_eq(mha_dtype_name(MHA_BF16), "bf16");
-    ck_assert_str_eq(mha_dtype_name((mha_dtype)3), "unknown");
+    ck_assert_str_eq(mha_dtype_name(MHA_I8), "i8");
+    ck_assert_str_eq(mha_dtype_name(MHA_FP8_E4M3), "fp8_e4m3");
+    ck_assert_str_eq(mha_dtype_name(MHA_FP8_E5M2), "fp8_e5m2");
+    ck_assert_str_eq(mha_dtype_name((mha_dtype)6), "unknown");
     ck_assert_str_eq(mha_dtype_name((mha_dtype)-1), "unknown");
 }
 END_TEST

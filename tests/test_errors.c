@@ -311,7 +311,7 @@ static const attn_bad BAD[] = {
     {{"lse inside q", MHA_ERR_BAD_STRIDE, "lse"}, {{0}}, lse_in_q},
     {{"mask.key_keep_stride_batch -1", MHA_ERR_BAD_MASK,
       "mask.key_keep_stride_batch"}, {{0}}, key_keep_stride_neg},
-    /* No dtype of this version takes scales. */
+    /* The float dtypes take no scales (quantised ones: tests/test_quant.c). */
     {{"k.scales.data set", MHA_ERR_UNSUPPORTED, "k.scales"}, {{0}},
      k_scales},
 };

@@ -2,7 +2,8 @@
  * The decode kernels of every table this build and CPU can run
  * (kernel_check.h): decode_qk and decode_pv on every row count
  * 1..MK_DECODE_ROWS, key counts around any key grouping, widths 1..130,
- * each element type, against plain double loops (TOL_REF) and the generic
+ * each element type (the quantised ones with broadcast, dense and padded
+ * per-row scales), against plain double loops (TOL_REF) and the generic
  * table (TOL_KERNEL), and bitwise determinism across m, n and the column
  * position.
  */
@@ -24,7 +25,10 @@ static const int64_t DECODE_NS[] = {1, 7, 8, 9, 33, 256, 257};
 static const int64_t DECODE_WIDTHS[] = {1, 3, 8, 15, 16, 17, 64, 128, 130};
 #define N_DECODE_NS 7
 #define N_DECODE_WIDTHS 9
-static const char *const DTYPE_NAME[] = {"f32", "f16", "bf16"};
+static const char *const DTYPE_NAME[] = {"f32",  "f16",      "bf16",
+                                         "i8",   "fp8_e4m3", "fp8_e5m2"};
+_Static_assert(sizeof DTYPE_NAME / sizeof DTYPE_NAME[0] == MK_DTYPE_COUNT,
+               "a name per dtype");
 
 /* fp32 -> binary16 bits, to nearest even (|x| below 65504). */
 static uint16_t round_f16(float x)
@@ -51,25 +55,59 @@ static uint16_t round_bf16(float x)
     return (uint16_t)(b >> 16);
 }
 
-/* Element e of an array of type t, widened. */
+/* Element e of an array of type t, widened (a quantised code unscaled,
+ * through the reference decoders). */
 static double widened(const void *x, mk_dtype t, size_t e)
 {
+    if (mk_dtype_scaled(t))
+        return ref_code_to_double((mha_dtype)t, (const char *)x + e);
     if (t == MK_F32)
         return ((const float *)x)[e];
     uint16_t h = ((const uint16_t *)x)[e];
     return t == MK_F16 ? ref_f16(h) : ref_bf16(h);
 }
 
+/* A random finite code of a quantised dtype (any of them but NaN and
+ * infinity). */
+static uint8_t random_code(test_rng *r, mk_dtype t)
+{
+    uint8_t c = (uint8_t)(rng_next(r) >> 24);
+    if (t == MK_FP8_E4M3 && (c & 0x7F) == 0x7F)
+        c = (uint8_t)(c & 0xFE);
+    if (t == MK_FP8_E5M2 && (c & 0x7C) == 0x7C)
+        c = (uint8_t)(c & 0xFB);
+    return c;
+}
+
+/* Scales of n rows at stride ld (0: one for all), exactly sized: values
+ * that bring the codes to about [-1, 1], some negative. */
+static float *random_scales(test_rng *r, mk_dtype t, int64_t n, ptrdiff_t ld)
+{
+    size_t count = (size_t)((n - 1) * ld + 1);
+    float *sc = test_alloc(count * sizeof *sc);
+    float most = t == MK_I8 ? 127.0f : t == MK_FP8_E4M3 ? 448.0f : 57344.0f;
+    for (size_t x = 0; x < count; x++)
+        sc[x] = (0.25f + fabsf(rng_uniform(r))) / most *
+                (x % 5 == 3 ? -1.0f : 1.0f);
+    return sc;
+}
+
 /* rows x width elements of type t at row stride ld (0: one row for all) in
  * a buffer that ends where the last row does, from uniform draws rounded
- * to the type (within half a step: checked). wide (rows x width, packed)
- * gets the widened values when non-NULL. */
+ * to the type (within half a step: checked), or random codes of a
+ * quantised type. wide (rows x width, packed) gets the widened values when
+ * non-NULL, times row j's scale sc[j * sc_ld] when sc is. */
 static void *random_rows(test_rng *r, mk_dtype t, int64_t rows,
-                         int64_t width, ptrdiff_t ld, double *wide)
+                         int64_t width, ptrdiff_t ld, double *wide,
+                         const float *sc, ptrdiff_t sc_ld)
 {
     size_t count = (size_t)((rows - 1) * ld + width);
     char *x = test_alloc(count * mk_dtype_size(t));
     for (size_t e = 0; e < count; e++) {
+        if (mk_dtype_scaled(t)) {
+            x[e] = (char)random_code(r, t);
+            continue;
+        }
         float f = rng_uniform(r);
         if (t == MK_F32) {
             memcpy(x + 4 * e, &f, sizeof f);
@@ -86,7 +124,8 @@ static void *random_rows(test_rng *r, mk_dtype t, int64_t rows,
     if (wide)
         for (int64_t j = 0; j < rows; j++)
             for (int64_t c = 0; c < width; c++)
-                wide[j * width + c] = widened(x, t, (size_t)(j * ld + c));
+                wide[j * width + c] = widened(x, t, (size_t)(j * ld + c)) *
+                                      (sc ? sc[j * sc_ld] : 1.0);
     return x;
 }
 
@@ -99,6 +138,8 @@ typedef struct decode_call {
     ptrdiff_t lda;
     const void *kv; /* K or V rows */
     ptrdiff_t ldkv;
+    const float *sc; /* their scales (quantised types), row j at j * sc_ld */
+    ptrdiff_t sc_ld;
     const float *alpha, *o0; /* decode_pv: alpha and o's first value */
 } decode_call;
 
@@ -127,8 +168,8 @@ static void check_tables(const table_set *ts, expect *e,
 static void run_decode_qk(const decode_call *c, const mk_table *t, float *s,
                           ptrdiff_t lds)
 {
-    t->decode_qk(c->a, c->lda, c->m, c->kv, c->t, c->ldkv, c->n, c->w, s,
-                 lds);
+    t->decode_qk(c->a, c->lda, c->m, c->kv, c->t, c->ldkv, c->sc, c->sc_ld,
+                 c->n, c->w, s, lds);
 }
 
 /* The query stride is padded, or 0 (one row for all) in some cases. */
@@ -138,17 +179,20 @@ static void decode_qk_case(const table_set *ts, mk_dtype t, int64_t m,
     const ptrdiff_t ldq = (m + n + d) % 5 == 0 ? 0 : d + 3, lds = n + 3;
     float *q = random_floats(r, (size_t)((m - 1) * ldq + d));
     double *kd = test_alloc((size_t)(n * d) * sizeof *kd);
-    void *k = random_rows(r, t, n, d, ldk, kd);
+    const ptrdiff_t ldsc = (m + n + d) % 3; /* broadcast, dense, padded */
+    float *sc = mk_dtype_scaled(t) ? random_scales(r, t, n, ldsc) : NULL;
+    void *k = random_rows(r, t, n, d, ldk, kd, sc, ldsc);
     double *want = test_alloc((size_t)(m * n) * sizeof *want);
     double *mag = test_alloc((size_t)(m * n) * sizeof *mag);
     ref_gemm(m, n, d, q, ldq, kd, 1, d, NULL, want, mag);
     expect e = {.kernel = "decode_qk"};
     snprintf(e.shape, sizeof e.shape,
-             "%s m %lld n %lld d %lld ldq %td ldk %td lds %td", DTYPE_NAME[t],
-             (long long)m, (long long)n, (long long)d, ldq, ldk, lds);
-    decode_call call = {t, m, n, d, q, ldq, k, ldk, NULL, NULL};
+             "%s m %lld n %lld d %lld ldq %td ldk %td lds %td ldsc %td",
+             DTYPE_NAME[t], (long long)m, (long long)n, (long long)d, ldq,
+             ldk, lds, sc ? ldsc : (ptrdiff_t)-1);
+    decode_call call = {t, m, n, d, q, ldq, k, ldk, sc, ldsc, NULL, NULL};
     check_tables(ts, &e, run_decode_qk, &call, m, n, lds, want, mag);
-    free(q), free(kd), free(k), free(want), free(mag);
+    free(q), free(kd), free(k), free(want), free(mag), free(sc);
 }
 
 /* Probabilities with zeros (every seventh entry), rows of n at stride ld,
@@ -177,8 +221,8 @@ static void run_decode_pv(const decode_call *c, const mk_table *t, float *o,
 {
     for (int64_t i = 0; i < c->m; i++)
         memcpy(&o[i * ldo], &c->o0[i * ldo], (size_t)c->w * sizeof *o);
-    t->decode_pv(c->a, c->lda, c->m, c->n, c->kv, c->t, c->ldkv, c->w,
-                 c->alpha, o, ldo);
+    t->decode_pv(c->a, c->lda, c->m, c->n, c->kv, c->t, c->ldkv, c->sc,
+                 c->sc_ld, c->w, c->alpha, o, ldo);
 }
 
 static void decode_pv_case(const table_set *ts, mk_dtype t, int64_t m,
@@ -187,7 +231,9 @@ static void decode_pv_case(const table_set *ts, mk_dtype t, int64_t m,
     const ptrdiff_t ldp = n + 2, ldo = dv + 5;
     float *p = random_probs(r, m, n, ldp);
     double *vd = test_alloc((size_t)(n * dv) * sizeof *vd);
-    void *v = random_rows(r, t, n, dv, ldv, vd);
+    const ptrdiff_t ldsc = (m + n + dv) % 3; /* broadcast, dense, padded */
+    float *sc = mk_dtype_scaled(t) ? random_scales(r, t, n, ldsc) : NULL;
+    void *v = random_rows(r, t, n, dv, ldv, vd, sc, ldsc);
     float *alpha = random_alphas(r, m);
     float *o0 = random_floats(r, (size_t)(m * ldo));
     double *want = test_alloc((size_t)(m * dv) * sizeof *want);
@@ -195,12 +241,13 @@ static void decode_pv_case(const table_set *ts, mk_dtype t, int64_t m,
     ref_pv(m, n, dv, p, ldp, vd, alpha, o0, ldo, want, mag);
     expect e = {.kernel = "decode_pv"};
     snprintf(e.shape, sizeof e.shape,
-             "%s m %lld n %lld dv %lld ldp %td ldv %td ldo %td",
+             "%s m %lld n %lld dv %lld ldp %td ldv %td ldo %td ldsc %td",
              DTYPE_NAME[t], (long long)m, (long long)n, (long long)dv, ldp,
-             ldv, ldo);
-    decode_call call = {t, m, n, dv, p, ldp, v, ldv, alpha, o0};
+             ldv, ldo, sc ? ldsc : (ptrdiff_t)-1);
+    decode_call call = {t, m, n, dv, p, ldp, v, ldv, sc, ldsc, alpha, o0};
     check_tables(ts, &e, run_decode_pv, &call, m, dv, ldo, want, mag);
     free(p), free(vd), free(v), free(alpha), free(o0), free(want), free(mag);
+    free(sc);
 }
 
 /* Row strides of variant c for rows of width w: dense, padded past the
@@ -277,27 +324,30 @@ static void decode_qk_same(const same_ctx *cx, test_rng *r)
     const ptrdiff_t ldq = d + 1, ldk = d + 3;
     const size_t es = mk_dtype_size(cx->t);
     float *q = random_floats(r, (size_t)((m - 1) * ldq + d));
-    char *k = random_rows(r, cx->t, n, d, ldk, NULL);
+    float *sc = mk_dtype_scaled(cx->t) ? random_scales(r, cx->t, n, 1) : NULL;
+    char *k = random_rows(r, cx->t, n, d, ldk, NULL, NULL, 0);
     float *all = test_alloc((size_t)(m * n) * sizeof *all);
     float *one = test_alloc((size_t)n * sizeof *one);
-    cx->tb->decode_qk(q, ldq, m, k, cx->t, ldk, n, d, all, n);
+    cx->tb->decode_qk(q, ldq, m, k, cx->t, ldk, sc, 1, n, d, all, n);
     for (int64_t i = 0; i < m; i++) {
-        cx->tb->decode_qk(q + i * ldq, ldq, 1, k, cx->t, ldk, n, d, one, n);
+        cx->tb->decode_qk(q + i * ldq, ldq, 1, k, cx->t, ldk, sc, 1, n, d,
+                          one, n);
         for (int64_t j = 0; j < n; j++)
             expect_same_score(cx, one[j], all[i * n + j], i, j, "with m 1");
     }
     for (int64_t j = 0; j < n; j++) {
         float col[MK_DECODE_ROWS], lone;
         const char *row = k + (size_t)(j * ldk) * es;
-        cx->tb->decode_qk(q, ldq, m, row, cx->t, ldk, 1, d, col, 1);
+        const float *sj = sc ? sc + j : NULL;
+        cx->tb->decode_qk(q, ldq, m, row, cx->t, ldk, sj, 1, 1, d, col, 1);
         for (int64_t i = 0; i < m; i++)
             expect_same_score(cx, col[i], all[i * n + j], i, j, "with n 1");
         int64_t i = j % m;
-        cx->tb->decode_qk(q + i * ldq, ldq, 1, row, cx->t, ldk, 1, d, &lone,
-                          1);
+        cx->tb->decode_qk(q + i * ldq, ldq, 1, row, cx->t, ldk, sj, 1, 1, d,
+                          &lone, 1);
         expect_same_score(cx, lone, all[i * n + j], i, j, "with m = n = 1");
     }
-    free(q), free(k), free(all), free(one);
+    free(q), free(k), free(all), free(one), free(sc);
 }
 
 /* o (m rows of dv at stride ldo) against want (the same layout), columns
@@ -322,19 +372,20 @@ static void decode_pv_same(const same_ctx *cx, test_rng *r)
     const ptrdiff_t ldv = dv + 3, ldo = dv;
     const size_t es = mk_dtype_size(cx->t), no = (size_t)(m * ldo);
     float *p = random_probs(r, m, n, n);
-    char *v = random_rows(r, cx->t, n, dv, ldv, NULL);
+    float *sc = mk_dtype_scaled(cx->t) ? random_scales(r, cx->t, n, 1) : NULL;
+    char *v = random_rows(r, cx->t, n, dv, ldv, NULL, NULL, 0);
     float *alpha = random_alphas(r, m);
     float *o0 = random_floats(r, no);
     float *all = test_alloc(no * sizeof *all);
     float *o = test_alloc(no * sizeof *o);
     memcpy(all, o0, no * sizeof *o0);
-    cx->tb->decode_pv(p, n, m, n, v, cx->t, ldv, dv, alpha, all, ldo);
+    cx->tb->decode_pv(p, n, m, n, v, cx->t, ldv, sc, 1, dv, alpha, all, ldo);
 
     /* Each row alone. */
     memcpy(o, o0, no * sizeof *o0);
     for (int64_t i = 0; i < m; i++)
-        cx->tb->decode_pv(p + i * n, n, 1, n, v, cx->t, ldv, dv, alpha + i,
-                          o + i * ldo, ldo);
+        cx->tb->decode_pv(p + i * n, n, 1, n, v, cx->t, ldv, sc, 1, dv,
+                          alpha + i, o + i * ldo, ldo);
     expect_same_rows(cx, "row by row", o, all, m, 0, dv, ldo);
 
     /* Columns [c0, dv) as columns [0, dv - c0) of a narrower call. */
@@ -344,7 +395,7 @@ static void decode_pv_same(const same_ctx *cx, test_rng *r)
         if (c0 >= dv)
             break;
         memcpy(o, o0, no * sizeof *o0);
-        cx->tb->decode_pv(p, n, m, n, v + (size_t)c0 * es, cx->t, ldv,
+        cx->tb->decode_pv(p, n, m, n, v + (size_t)c0 * es, cx->t, ldv, sc, 1,
                           dv - c0, alpha, o + c0, ldo);
         char how[64];
         snprintf(how, sizeof how, "from column %lld on", (long long)c0);
@@ -360,15 +411,17 @@ static void decode_pv_same(const same_ctx *cx, test_rng *r)
     for (int64_t i = 0; i < m; i++)
         sparse[i * n + keys[i]] = 0.25f + fabsf(rng_uniform(r)) / 2;
     memcpy(all, o0, no * sizeof *o0);
-    cx->tb->decode_pv(sparse, n, m, n, v, cx->t, ldv, dv, alpha, all, ldo);
+    cx->tb->decode_pv(sparse, n, m, n, v, cx->t, ldv, sc, 1, dv, alpha, all,
+                      ldo);
     memcpy(o, o0, no * sizeof *o0);
     for (int64_t i = 0; i < m; i++)
         cx->tb->decode_pv(&sparse[i * n + keys[i]], 1, 1, 1,
-                          v + (size_t)(keys[i] * ldv) * es, cx->t, ldv, dv,
-                          alpha + i, o + i * ldo, ldo);
+                          v + (size_t)(keys[i] * ldv) * es, cx->t, ldv,
+                          sc ? sc + keys[i] : NULL, 1, dv, alpha + i,
+                          o + i * ldo, ldo);
     expect_same_rows(cx, "with its one key alone", o, all, m, 0, dv, ldo);
     free(p), free(v), free(alpha), free(o0), free(all), free(o);
-    free(sparse);
+    free(sparse), free(sc);
 }
 
 START_TEST(decode_deterministic)
@@ -379,7 +432,7 @@ START_TEST(decode_deterministic)
     rng_seed(&r, 67);
     static const int64_t widths[] = {1, 3, 8, 17, 64, 130};
     for (int x = 0; x < ts.n; x++)
-        for (int t = MK_F32; t <= MK_BF16; t++)
+        for (int t = MK_F32; t < MK_DTYPE_COUNT; t++)
             for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
                 same_ctx cx = {&ts.t[x], mha_isa_name(ts.isa[x]),
                                (mk_dtype)t, widths[w]};
@@ -394,8 +447,8 @@ Suite *suite_kernel_decode(void)
 {
     Suite *s = suite_create("kernel_decode");
     TCase *tc = tcase_create("kernel_decode");
-    tcase_add_loop_test(tc, decode_qk_edges, MK_F32, MK_BF16 + 1);
-    tcase_add_loop_test(tc, decode_pv_edges, MK_F32, MK_BF16 + 1);
+    tcase_add_loop_test(tc, decode_qk_edges, MK_F32, MK_DTYPE_COUNT);
+    tcase_add_loop_test(tc, decode_pv_edges, MK_F32, MK_DTYPE_COUNT);
     tcase_add_test(tc, decode_deterministic);
     suite_add_tcase(s, tc);
     return s;

@@ -1,6 +1,8 @@
 /* The AVX2+FMA decode kernels: up to MK_DECODE_ROWS query rows against key
  * and value rows read in place from the cache, fp32 or widened in registers
- * (F16C for binary16, a 16-bit shift for bfloat16).
+ * (F16C for binary16, a 16-bit shift for bfloat16, sign extension and
+ * VCVTDQ2PS for int8, fp8 moved into binary16 bits for F16C). A scaled
+ * row's scale multiplies its score (keys) or its probability (values).
  *
  * Decode is bound by memory. With K/V in [B, L, H, D] one head's rows lie
  * H * D elements apart, a page or more, where the hardware prefetchers
@@ -11,6 +13,7 @@
  * chunks) summed the same way for every row; an output element is scaled
  * by alpha and then takes one FMA per key in key order. Neither depends on
  * m, n or the element's place. */
+#include <assert.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -31,16 +34,46 @@ INLINE void prefetch_row(const char *row, size_t row_bytes)
     _mm_prefetch(row + row_bytes - 1, _MM_HINT_T1);
 }
 
-/* Elements [c, c + 8) of a row of type t as fp32. */
+/* E4M3 codes (sign-extended to 16 bits) as the binary16 of their value
+ * times 2^-8: shifted left by 7 the exponent and mantissa land in a
+ * binary16's (the exponent field's top bit cleared, the sign at bit 15),
+ * whose bias is 8 more than E4M3's; binary16 subnormals are E4M3
+ * subnormals at the same 2^-8, so F16C converts all of them exactly. The
+ * NaN codes (S.1111.111) get the all-ones exponent. A 256-entry table
+ * would need a gather per 8 codes, slower than these few integer ops. */
+INLINE __m128i e4m3_to_f16(__m128i s)
+{
+    __m128i h = _mm_and_si128(_mm_slli_epi16(s, 7), _mm_set1_epi16(-16385));
+    __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7FFF)),
+                                  _mm_set1_epi16(0x3F80));
+    return _mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7C00)));
+}
+
+/* What load8 leaves to undo per row: E4M3 loads as its value times 2^-8. */
+INLINE float code_factor(mk_dtype t)
+{
+    return t == MK_FP8_E4M3 ? 256.0f : 1.0f;
+}
+
+/* Elements [c, c + 8) of a row of type t as fp32 (an E4M3 code's value
+ * times 2^-8: code_factor). */
 INLINE __m256 load8(const void *row, mk_dtype t, int64_t c)
 {
     const __m128i *h = (const __m128i *)((const uint16_t *)row + c);
+    const __m128i *b = (const __m128i *)((const uint8_t *)row + c);
     switch (t) {
     case MK_F32: return _mm256_loadu_ps((const float *)row + c);
     case MK_F16: return _mm256_cvtph_ps(_mm_loadu_si128(h));
     case MK_BF16:
         return _mm256_castsi256_ps(
             _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(h)), 16));
+    case MK_I8:
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(b)));
+    case MK_FP8_E4M3:
+        return _mm256_cvtph_ps(e4m3_to_f16(_mm_cvtepi8_epi16(_mm_loadl_epi64(b))));
+    case MK_FP8_E5M2: /* the high byte of a binary16 */
+        return _mm256_cvtph_ps(
+            _mm_unpacklo_epi8(_mm_setzero_si128(), _mm_loadl_epi64(b)));
     case MK_DTYPE_COUNT: break;
     }
     return _mm256_setzero_ps();
@@ -72,9 +105,11 @@ INLINE float hsum(__m256 x)
     return _mm_cvtss_f32(s);
 }
 
-/* s[r * lds] = q row r . key row, r < R. */
+/* s[r * lds] = q row r . key row, r < R, times the row's scale sc when t
+ * is scaled. */
 INLINE void dot_rows(int R, const float *q, ptrdiff_t ldq, const void *row,
-                     mk_dtype t, int64_t d, float *s, ptrdiff_t lds)
+                     mk_dtype t, float sc, int64_t d, float *s,
+                     ptrdiff_t lds)
 {
     __m256 a[4][2];
     for (int r = 0; r < R; r++)
@@ -102,38 +137,45 @@ INLINE void dot_rows(int R, const float *q, ptrdiff_t ldq, const void *row,
             a[r][1] = _mm256_fmadd_ps(
                 _mm256_maskload_ps(q + r * ldq + c, mask), k1, a[r][1]);
     }
-    for (int r = 0; r < R; r++)
-        s[r * lds] = hsum(_mm256_add_ps(a[r][0], a[r][1]));
+    for (int r = 0; r < R; r++) {
+        float x = hsum(_mm256_add_ps(a[r][0], a[r][1]));
+        s[r * lds] = mk_dtype_scaled(t) ? x * code_factor(t) * sc : x;
+    }
 }
 
 INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
-                      const void *k, mk_dtype t, ptrdiff_t ldk, int64_t n,
-                      int64_t d, float *s, ptrdiff_t lds)
+                      const void *k, mk_dtype t, ptrdiff_t ldk,
+                      const float *ks, ptrdiff_t ks_ld, int64_t n, int64_t d,
+                      float *s, ptrdiff_t lds)
 {
     const size_t es = mk_dtype_size(t), row_bytes = (size_t)d * es;
     const int64_t ahead = AHEAD;
     for (int64_t j = 0; j < n; j++) {
         const char *row = (const char *)k + (size_t)(j * ldk) * es;
+        const float sc = mk_dtype_scaled(t) ? ks[j * ks_ld] : 1.0f;
         if (j + ahead < n)
             prefetch_row(row + (size_t)(ahead * ldk) * es, row_bytes);
         for (int64_t i = 0; i < m; i += 4) {
             const float *qi = q + i * ldq;
             float *si = s + i * lds + j;
             switch (m - i < 4 ? m - i : 4) {
-            case 1: dot_rows(1, qi, ldq, row, t, d, si, lds); break;
-            case 2: dot_rows(2, qi, ldq, row, t, d, si, lds); break;
-            case 3: dot_rows(3, qi, ldq, row, t, d, si, lds); break;
-            default: dot_rows(4, qi, ldq, row, t, d, si, lds); break;
+            case 1: dot_rows(1, qi, ldq, row, t, sc, d, si, lds); break;
+            case 2: dot_rows(2, qi, ldq, row, t, sc, d, si, lds); break;
+            case 3: dot_rows(3, qi, ldq, row, t, sc, d, si, lds); break;
+            default: dot_rows(4, qi, ldq, row, t, sc, d, si, lds); break;
             }
         }
     }
 }
 
 void mk_avx2_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
-                          const void *k, mk_dtype kt, ptrdiff_t ldk, int64_t n,
-                          int64_t d, float *s, ptrdiff_t lds)
+                       const void *k, mk_dtype kt, ptrdiff_t ldk,
+                       const float *ks, ptrdiff_t ks_ld, int64_t n, int64_t d,
+                       float *s, ptrdiff_t lds)
 {
-#define DECODE_QK(T) decode_qk(q, ldq, m, k, T, ldk, n, d, s, lds)
+    assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && d >= 0);
+    assert(!mk_dtype_scaled(kt) == !ks && ks_ld >= 0);
+#define DECODE_QK(T) decode_qk(q, ldq, m, k, T, ldk, ks, ks_ld, n, d, s, lds)
     MK_FOR_DTYPE(kt, DECODE_QK)
 #undef DECODE_QK
 }
@@ -143,7 +185,8 @@ void mk_avx2_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
 enum { KEYS = 8 };
 
 INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
-                      const void *v, mk_dtype t, ptrdiff_t ldv, int64_t dv,
+                      const void *v, mk_dtype t, ptrdiff_t ldv,
+                      const float *vs, ptrdiff_t vs_ld, int64_t dv,
                       const float *alpha, float *o, ptrdiff_t ldo)
 {
     const size_t es = mk_dtype_size(t), row_bytes = (size_t)dv * es;
@@ -169,6 +212,14 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
         for (int64_t i = 0; i < m; i++) {
             const float *pi = p + i * ldp + j0;
             float *oi = o + i * ldo;
+            /* A scaled row's probability takes its scale (and the code
+             * factor, exact): one multiply per key, not per element. */
+            float cf[KEYS];
+            if (mk_dtype_scaled(t)) {
+                for (int64_t jj = 0; jj < nj; jj++)
+                    cf[jj] = pi[jj] * vs[(j0 + jj) * vs_ld] * code_factor(t);
+                pi = cf;
+            }
             for (int64_t c = 0; c < full; c += 8) {
                 __m256 acc = _mm256_loadu_ps(oi + c);
                 for (int64_t jj = 0; jj < nj; jj++)
@@ -189,11 +240,14 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
 }
 
 void mk_avx2_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
-                          const void *v, mk_dtype vt, ptrdiff_t ldv,
-                          int64_t dv, const float *alpha, float *o,
-                          ptrdiff_t ldo)
+                       const void *v, mk_dtype vt, ptrdiff_t ldv,
+                       const float *vs, ptrdiff_t vs_ld, int64_t dv,
+                       const float *alpha, float *o, ptrdiff_t ldo)
 {
-#define DECODE_PV(T) decode_pv(p, ldp, m, n, v, T, ldv, dv, alpha, o, ldo)
+    assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && dv >= 0);
+    assert(!mk_dtype_scaled(vt) == !vs && vs_ld >= 0);
+#define DECODE_PV(T)                                                      \
+    decode_pv(p, ldp, m, n, v, T, ldv, vs, vs_ld, dv, alpha, o, ldo)
     MK_FOR_DTYPE(vt, DECODE_PV)
 #undef DECODE_PV
 }

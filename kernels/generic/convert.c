@@ -51,3 +51,41 @@ void mk_generic_widen_bf16(const void *x, int64_t n, float *y)
         memcpy(&y[i], &bits, sizeof bits);
     }
 }
+
+void mk_generic_widen_i8(const void *x, int64_t n, float *y)
+{
+    const int8_t *c = x;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (float)c[i];
+}
+
+/* OCP E4M3: value = 2^(e-7) * (1 + m/8), subnormals (e = 0) m * 2^-9, and
+ * S.1111.111 NaN (no infinities). Every value is an integer times 2^-9
+ * below 2^18, so it is built as that integer (exact in fp32) times 2^-9:
+ * integer work and one multiply whose result is a normal float, exact
+ * under flush-to-zero. */
+static float fp8_e4m3_to_f32(uint8_t c)
+{
+    uint32_t e = (c >> 3) & 0xFu, m = c & 7u;
+    uint32_t units = e ? (8u + m) << (e - 1) : m;
+    float f = (float)units * 0x1p-9f;
+    if ((c & 0x7Fu) == 0x7Fu)
+        f = NAN;
+    return (c & 0x80u) ? -f : f;
+}
+
+void mk_generic_widen_fp8_e4m3(const void *x, int64_t n, float *y)
+{
+    const uint8_t *c = x;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = fp8_e4m3_to_f32(c[i]);
+}
+
+/* OCP E5M2 is the high byte of an IEEE binary16 (infinities and NaN
+ * included). */
+void mk_generic_widen_fp8_e5m2(const void *x, int64_t n, float *y)
+{
+    const uint8_t *c = x;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = f16_to_f32((uint16_t)(c[i] << 8));
+}

@@ -2,6 +2,8 @@
  * read in place, in any element type. Rows are widened 64 elements at a
  * time into a stack buffer; every sum runs in an order fixed by d alone,
  * so a value depends only on its own inputs. */
+#include <assert.h>
+
 #include "generic.h"
 
 enum { CHUNK = 64 };
@@ -15,6 +17,13 @@ static const float *widen(const void *row, mk_dtype t, int64_t c, int64_t n,
     case MK_F32: return (const float *)row + c;
     case MK_F16: mk_generic_widen_f16((const uint16_t *)row + c, n, y); break;
     case MK_BF16: mk_generic_widen_bf16((const uint16_t *)row + c, n, y); break;
+    case MK_I8: mk_generic_widen_i8((const int8_t *)row + c, n, y); break;
+    case MK_FP8_E4M3:
+        mk_generic_widen_fp8_e4m3((const uint8_t *)row + c, n, y);
+        break;
+    case MK_FP8_E5M2:
+        mk_generic_widen_fp8_e5m2((const uint8_t *)row + c, n, y);
+        break;
     case MK_DTYPE_COUNT: break;
     }
     return y;
@@ -71,22 +80,29 @@ static float dot(const float *q, const void *row, mk_dtype t, int64_t d)
 }
 
 void mk_generic_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
-                          const void *k, mk_dtype kt, ptrdiff_t ldk, int64_t n,
+                          const void *k, mk_dtype kt, ptrdiff_t ldk,
+                          const float *ks, ptrdiff_t ks_ld, int64_t n,
                           int64_t d, float *s, ptrdiff_t lds)
 {
+    assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && d >= 0);
+    assert(!mk_dtype_scaled(kt) == !ks && ks_ld >= 0);
     for (int64_t j = 0; j < n; j++) {
         const char *row = (const char *)k + (size_t)(j * ldk) * mk_dtype_size(kt);
         prefetch_row(k, ldk, mk_dtype_size(kt), j + AHEAD, n, d);
-        for (int64_t i = 0; i < m; i++)
-            s[i * lds + j] = dot(q + i * ldq, row, kt, d);
+        for (int64_t i = 0; i < m; i++) {
+            float x = dot(q + i * ldq, row, kt, d);
+            s[i * lds + j] = ks ? x * ks[j * ks_ld] : x;
+        }
     }
 }
 
 void mk_generic_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                           const void *v, mk_dtype vt, ptrdiff_t ldv,
-                          int64_t dv, const float *alpha, float *o,
-                          ptrdiff_t ldo)
+                          const float *vs, ptrdiff_t vs_ld, int64_t dv,
+                          const float *alpha, float *o, ptrdiff_t ldo)
 {
+    assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && dv >= 0);
+    assert(!mk_dtype_scaled(vt) == !vs && vs_ld >= 0);
     float vb[CHUNK];
     for (int64_t i = 0; i < m; i++)
         for (int64_t c = 0; c < dv; c++)
@@ -99,6 +115,8 @@ void mk_generic_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
             const float *vr = widen(row, vt, c, w, vb);
             for (int64_t i = 0; i < m; i++) {
                 float pij = p[i * ldp + j], *orow = o + i * ldo + c;
+                if (vs)
+                    pij *= vs[j * vs_ld];
                 for (int64_t x = 0; x < w; x++)
                     orow[x] += pij * vr[x];
             }

@@ -131,11 +131,66 @@ double ref_bf16_to_double(uint16_t h)
     return sign ? -v : v;
 }
 
+/* OCP 8-bit floating point (OFP8) spec, written from its tables: E4M3
+ * bias 7, exponent 1111 with mantissa 111 NaN, no infinities; E5M2 bias 15,
+ * IEEE-like exponent 11111 (infinities, NaN). */
+double ref_fp8_e4m3_to_double(uint8_t x)
+{
+    int sign = x >> 7, e = (x >> 3) & 15, m = x & 7;
+    double v;
+    if (e == 15 && m == 7)
+        v = NAN;
+    else if (e == 0)
+        v = (m / 8.0) * ldexp(1.0, -6);
+    else
+        v = (1.0 + m / 8.0) * ldexp(1.0, e - 7);
+    return sign ? -v : v;
+}
+
+double ref_fp8_e5m2_to_double(uint8_t x)
+{
+    int sign = x >> 7, e = (x >> 2) & 31, m = x & 3;
+    double v;
+    if (e == 31)
+        v = m ? NAN : INFINITY;
+    else if (e == 0)
+        v = (m / 4.0) * ldexp(1.0, -14);
+    else
+        v = (1.0 + m / 4.0) * ldexp(1.0, e - 15);
+    return sign ? -v : v;
+}
+
+double ref_code_to_double(mha_dtype t, const void *x)
+{
+    uint8_t c;
+    memcpy(&c, x, 1);
+    switch (t) {
+    case MHA_I8: return (double)(int8_t)c;
+    case MHA_FP8_E4M3: return ref_fp8_e4m3_to_double(c);
+    case MHA_FP8_E5M2: return ref_fp8_e5m2_to_double(c);
+    case MHA_F32:
+    case MHA_F16:
+    case MHA_BF16: break;
+    }
+    abort();
+}
+
+double view_scale(const mha_tensor *t, int64_t b, int64_t s, int64_t h)
+{
+    const mha_scales *sc = &t->scales;
+    return sc->data[b * sc->stride_batch + s * sc->stride_seq +
+                    h * sc->stride_head];
+}
+
 double view_element(const mha_tensor *t, int64_t b, int64_t s, int64_t h,
                     int64_t c)
 {
     int64_t at = b * t->stride_batch + s * t->stride_seq +
                  h * t->stride_head + c;
+    if (t->dtype == MHA_I8 || t->dtype == MHA_FP8_E4M3 ||
+        t->dtype == MHA_FP8_E5M2)
+        return ref_code_to_double(t->dtype, (const char *)t->data + at) *
+               view_scale(t, b, s, h);
     if (t->dtype == MHA_F16 || t->dtype == MHA_BF16) {
         uint16_t bits;
         memcpy(&bits, (const char *)t->data + at * 2, sizeof bits);

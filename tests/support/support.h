@@ -89,7 +89,16 @@ void describe_isas(char *buf, size_t n);
 double ref_f16_to_double(uint16_t h);
 double ref_bf16_to_double(uint16_t h);
 
-/* Element (b, s, h, c) of a view, any dtype, as a double. */
+/* The OCP fp8 formats (every code: NaN, E5M2's infinities), and any
+ * quantised dtype's code at x, unscaled. Exact. */
+double ref_fp8_e4m3_to_double(uint8_t x);
+double ref_fp8_e5m2_to_double(uint8_t x);
+double ref_code_to_double(mha_dtype t, const void *x);
+/* The scale of row (b, s, h) of a quantised view. */
+double view_scale(const mha_tensor *t, int64_t b, int64_t s, int64_t h);
+
+/* Element (b, s, h, c) of a view, any dtype, as a double (a quantised
+ * element dequantised: code x its row's scale, exact in double). */
 double view_element(const mha_tensor *t, int64_t b, int64_t s, int64_t h,
                     int64_t c);
 /* Copy an fp32 view into a packed [B, S, H, D] float array. */

@@ -1,0 +1,203 @@
+/* mha_quantize: fp32 rows into an 8-bit K/V cache (docs/design.md,
+ * "Dtypes"). Validation first, then (when asked) the scales, then the
+ * codes. Written for a tensor view; a paged cache is a later form of the
+ * same loops. */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "engine.h"
+
+/* y rounded to an integer, ties to even, whatever the rounding mode. */
+static double round_even(double y)
+{
+    double r = floor(y), f = y - r;
+    if (f > 0.5 || (f == 0.5 && fmod(r, 2.0) != 0.0))
+        r += 1.0;
+    return r;
+}
+
+static int8_t to_i8(double y)
+{
+    if (y != y)
+        return 0; /* int8 has no NaN */
+    if (y >= 127.0)
+        return 127;
+    if (y <= -127.0)
+        return -127;
+    return (int8_t)round_even(y);
+}
+
+/* An OCP fp8 format: mantissa bits, exponent bias, largest finite value
+ * and its code, whether it has infinities, its NaN code. */
+typedef struct {
+    int mbits, bias;
+    double max;
+    uint8_t max_code, nan_code;
+    int has_inf;
+} fp8_format;
+
+static const fp8_format E4M3 = {3, 7, 448.0, 0x7E, 0x7F, 0};
+static const fp8_format E5M2 = {2, 15, 57344.0, 0x7B, 0x7E, 1};
+
+/* y to the nearest code, ties to even; finite values past max saturate. */
+static uint8_t to_fp8(double y, const fp8_format *f)
+{
+    uint8_t sign = signbit(y) ? 0x80u : 0u;
+    if (y != y)
+        return sign | f->nan_code;
+    double a = fabs(y);
+    if (isinf(a) && f->has_inf)
+        return sign | (uint8_t)(0x7Fu << f->mbits & 0x7Fu);
+    if (a >= f->max)
+        return sign | f->max_code;
+    if (a == 0.0)
+        return sign;
+    const int emin = 1 - f->bias;
+    int e;
+    frexp(a, &e); /* a in [2^(e-1), 2^e) */
+    int E = e - 1 < emin ? emin : e - 1;
+    double step = ldexp(1.0, E - f->mbits);
+    double q = round_even(a / step) * step; /* <= max: a < max */
+    if (q == 0.0)
+        return sign;
+    frexp(q, &e);
+    E = e - 1;
+    if (E < emin) /* subnormal */
+        return sign | (uint8_t)(q / ldexp(1.0, emin - f->mbits));
+    unsigned m = (unsigned)((ldexp(q, -E) - 1.0) * (1 << f->mbits));
+    return sign | (uint8_t)((unsigned)(E + f->bias) << f->mbits | m);
+}
+
+static const float *row_f32(const mha_tensor *t, int64_t b, int64_t s,
+                            int64_t h)
+{
+    return (const float *)t->data + b * t->stride_batch + s * t->stride_seq +
+           h * t->stride_head;
+}
+
+static float *scale_at(float *base, const mha_scales *sc, int64_t b,
+                       int64_t s, int64_t h)
+{
+    return base + b * sc->stride_batch + s * sc->stride_seq +
+           h * sc->stride_head;
+}
+
+/* Computes the scales at out (dst's scale strides): each slot first holds
+ * minus the absmax of its rows' finite elements (<= 0: not yet final),
+ * then absmax / qmax (> 0), so a slot several rows share is finished
+ * once. */
+static void compute_scales(const mha_tensor *src, const mha_tensor *dst,
+                           float qmax, float *out)
+{
+    const mha_scales *sc = &dst->scales;
+    int64_t B = src->batch, L = src->seq, H = src->heads, D = src->dim;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t s = 0; s < L; s++)
+            for (int64_t h = 0; h < H; h++)
+                *scale_at(out, sc, b, s, h) = 0.0f;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t s = 0; s < L; s++)
+            for (int64_t h = 0; h < H; h++) {
+                const float *x = row_f32(src, b, s, h);
+                float *slot = scale_at(out, sc, b, s, h), m = -*slot;
+                for (int64_t c = 0; c < D; c++) {
+                    float a = fabsf(x[c]);
+                    if (a <= FLT_MAX && a > m) /* NaN, inf left out */
+                        m = a;
+                }
+                *slot = -m;
+            }
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t s = 0; s < L; s++)
+            for (int64_t h = 0; h < H; h++) {
+                float *slot = scale_at(out, sc, b, s, h);
+                if (*slot > 0.0f)
+                    continue;
+                float m = -*slot, x = m / qmax;
+                *slot = m == 0.0f ? 1.0f : x < FLT_MIN ? FLT_MIN : x;
+            }
+}
+
+static void quantize_rows(const mha_tensor *src, const mha_tensor *dst,
+                          const float *scales)
+{
+    const mha_scales *sc = &dst->scales;
+    int64_t B = src->batch, L = src->seq, H = src->heads, D = src->dim;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t s = 0; s < L; s++)
+            for (int64_t h = 0; h < H; h++) {
+                const float *x = row_f32(src, b, s, h);
+                double scale = *scale_at((float *)scales, sc, b, s, h);
+                uint8_t *y = (uint8_t *)dst->data +
+                             b * dst->stride_batch + s * dst->stride_seq +
+                             h * dst->stride_head;
+                for (int64_t c = 0; c < D; c++) {
+                    double v = (double)x[c] / scale;
+                    switch (dst->dtype) {
+                    case MHA_I8: {
+                        int8_t q = to_i8(v);
+                        memcpy(&y[c], &q, 1);
+                        break;
+                    }
+                    case MHA_FP8_E4M3: y[c] = to_fp8(v, &E4M3); break;
+                    case MHA_FP8_E5M2: y[c] = to_fp8(v, &E5M2); break;
+                    case MHA_F32:
+                    case MHA_F16:
+                    case MHA_BF16: break; /* refused by validation */
+                    }
+                }
+            }
+}
+
+mha_status mha_quantize(const mha_tensor *src, const mha_tensor *dst,
+                        float *scales_out)
+{
+    if (!src)
+        return mha_fail(MHA_ERR_NULL_POINTER, "src is NULL");
+    if (!dst)
+        return mha_fail(MHA_ERR_NULL_POINTER, "dst is NULL");
+    mha_span rs, rd;
+    mha_status st;
+    if ((st = mha_check_tensor(src, "src", 0, 0, &rs)) != MHA_OK)
+        return st;
+    const mha_dtype_traits *tr = mha_dtype_traits_of(dst->dtype);
+    if (tr && !tr->needs_scale)
+        return mha_fail(MHA_ERR_UNSUPPORTED,
+                        "dst.dtype (%s) is not a quantised dtype", tr->name);
+    if (scales_out && dst->scales.data && dst->scales.data != scales_out)
+        return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                        "dst.scales.data is neither NULL nor scales_out");
+    mha_tensor d = *dst;
+    if (scales_out)
+        d.scales.data = scales_out;
+    if ((st = mha_check_tensor(&d, "dst", 1, !scales_out, &rd)) != MHA_OK)
+        return st;
+#define SAME(f)                                                            \
+    if (d.f != src->f)                                                     \
+        return mha_fail(MHA_ERR_BAD_SHAPE,                                 \
+                        "dst." #f " (%lld) differs from src." #f " (%lld)", \
+                        (long long)d.f, (long long)src->f);
+    SAME(batch)
+    SAME(seq)
+    SAME(heads)
+    SAME(dim)
+#undef SAME
+    if (!mha_non_self_overlapping(&d))
+        return mha_fail(MHA_ERR_BAD_STRIDE,
+                        "dst strides (%lld, %lld, %lld) make distinct "
+                        "elements share memory",
+                        (long long)d.stride_batch, (long long)d.stride_seq,
+                        (long long)d.stride_head);
+    mha_span rsc = mha_scales_span(&d);
+    if (mha_spans_overlap(rd, rs))
+        return mha_fail(MHA_ERR_BAD_STRIDE, "dst overlaps src");
+    if (mha_spans_overlap(rd, rsc))
+        return mha_fail(MHA_ERR_BAD_STRIDE, "dst overlaps dst.scales");
+    if (scales_out && mha_spans_overlap(rsc, rs))
+        return mha_fail(MHA_ERR_BAD_STRIDE, "scales_out overlaps src");
+    if (scales_out)
+        compute_scales(src, &d, tr->qmax, scales_out);
+    quantize_rows(src, &d, d.scales.data);
+    return MHA_OK;
+}
