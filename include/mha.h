@@ -318,6 +318,79 @@ MHA_API mha_status mha_attention(const mha_engine *engine,
                          const mha_attention_args *args);
 
 /* ------------------------------------------------------------------ */
+/* Continuous batches: variable-length sequences, paged K/V caches     */
+
+/* A paged K/V cache (vLLM's block tables, FlashInfer's paged KV): the k
+ * and v tensors of mha_varlen_args view the pool of blocks, batch =
+ * num_blocks, seq = block_size, heads = Hkv: [num_blocks, block_size, Hkv,
+ * d] from mha_tensor_bshd_typed, [num_blocks, Hkv, block_size, d] from
+ * mha_tensor_bhsd_typed, any strides. Key j of sequence b is slot
+ * j % block_size of block block_table[b * block_table_stride + j /
+ * block_size]. Blocks of a sequence may sit anywhere in the pool in any
+ * order, and sequences may share blocks (a common prefix): the pool is
+ * only read, in place (never gathered into a contiguous copy). A quantised
+ * pool's scales are per (block, slot, head): mha_scales over the pool's
+ * [num_blocks, block_size, Hkv]. */
+typedef struct mha_paged_kv {
+    const int32_t *block_table; /* [B, max_blocks]; entries a sequence
+                                   uses are in [0, num_blocks) */
+    int64_t max_blocks;         /* entries per row, >= 1 */
+    int64_t block_table_stride; /* elements between rows; 0: max_blocks */
+    const int32_t *seqlens;     /* [B] keys of each sequence, each in
+                                   [0, max_blocks * block_size]; only the
+                                   first ceil(len / block_size) entries of
+                                   its row are read */
+} mha_paged_kv;
+
+/* One call for a continuous batch of B sequences of their own lengths
+ * (FlashAttention's varlen functions): sequence b has lq_b queries and
+ * lk_b keys, and attends as one mha_attention call of Lq = lq_b, Lk = lk_b
+ * would (causal and the score terms aligned per sequence: bottom-right is
+ * query i seeing keys j <= i + lk_b - lq_b). Decode rows (lq_b = 1),
+ * speculative or chunked-prefill steps (a few queries over a long cache)
+ * and whole prompts mix freely in one call.
+ *
+ * Queries: packed [1, total_q, H, d] with cu_seqlens_q [B+1] (sequence b
+ * owns rows [cu_seqlens_q[b], cu_seqlens_q[b+1]); cu_seqlens_q[0] == 0,
+ * non-decreasing, cu_seqlens_q[B] == total_q == q.seq), or, with
+ * cu_seqlens_q NULL, a [B, Lq, H, d] view in which every sequence has
+ * lq_b = Lq (a decode step of B sequences). out has q's form, with dv.
+ *
+ * Keys and values: exactly one of
+ *   - cu_seqlens_k [B+1]: packed [1, total_k, Hkv, d] and [.., dv], as
+ *     cu_seqlens_q (k.seq == total_k);
+ *   - paged: the pool of a paged cache (mha_paged_kv), lk_b =
+ *     paged->seqlens[b].
+ * Any K/V dtype of mha_attention; q and out fp32. An empty sequence
+ * (lq_b = 0) writes nothing; a sequence with no keys (lk_b = 0) gets zero
+ * rows (and lse -inf, or the sink), as a fully masked row does.
+ *
+ * Outputs in the same packed form: weights (optional) holds, sequence
+ * after sequence, each sequence's [H, lq_b, lk_b] probabilities
+ * (sum_b H * lq_b * lk_b floats); lse (optional) is [H, total_q] with
+ * cu_seqlens_q (FlashAttention's varlen layout) and [B, H, Lq] without.
+ * Work is cut over (sequence, head, query block) and key chunks by the
+ * shape alone: results are bitwise identical for every thread count. */
+typedef struct mha_varlen_args {
+    int64_t batch;                /* B >= 1 */
+    mha_tensor q;                 /* see above */
+    const int32_t *cu_seqlens_q;  /* [B+1], or NULL: q is [B, Lq, H, d] */
+    mha_tensor k, v;              /* packed keys, or the paged pool */
+    const int32_t *cu_seqlens_k;  /* [B+1] packed keys, or NULL (paged) */
+    const mha_paged_kv *paged;    /* NULL: packed keys */
+    mha_tensor out;               /* q's form, dv; written */
+    mha_causal causal;            /* per sequence, as mha_mask.causal */
+    const mha_score_terms *terms; /* NULL: none; alibi_slopes [B, H] */
+    float scale;                  /* as mha_attention_args */
+    int scale_explicit;
+    float *weights;               /* optional, see above */
+    float *lse;                   /* optional, see above */
+} mha_varlen_args;
+
+MHA_API mha_status mha_attention_varlen(const mha_engine *engine,
+                                        const mha_varlen_args *args);
+
+/* ------------------------------------------------------------------ */
 /* Merging partial results                                             */
 
 /* Attention over keys split into parts (a shared prefix and a suffix, a
