@@ -31,7 +31,7 @@ static void stream_keys(const mk_table *t, const mha_problem *p,
                         const mha_scratch *sc, int64_t k_begin, int64_t k_end,
                         int with_sink, float *o, float *m, float *l)
 {
-    int64_t bk = pl->key_block;
+    int64_t bk = rb->key_block, lk = rb->w_ld;
     with_sink = with_sink && rb->sink;
     for (int64_t r = 0; r < rb->rows; r++) {
         m[r] = with_sink ? rb->sink[r * rb->sink_ld] : -INFINITY;
@@ -42,33 +42,36 @@ static void stream_keys(const mk_table *t, const mha_problem *p,
     if (rb->w) {
         if (k_begin > 0)
             for (int64_t r = 0; r < rb->rows; r++)
-                memset(rb->w + r * p->lk, 0, (size_t)k_begin * sizeof(float));
+                memset(rb->w + r * lk, 0, (size_t)k_begin * sizeof(float));
         for (int64_t k0 = k_begin; k0 < k_end; k0 += bk) {
             int64_t nk = k_end - k0 < bk ? k_end - k0 : bk;
-            (pl->decode ? mha_decode_scores : mha_prefill_scores)(
+            (rb->decode ? mha_decode_scores : mha_prefill_scores)(
                 t, p, pl, rb, sc, m, k0, nk, l);
         }
     }
     for (int64_t k0 = k_begin; k0 < k_end; k0 += bk) {
         int64_t nk = k_end - k0 < bk ? k_end - k0 : bk;
-        (pl->decode ? mha_decode_step : mha_prefill_step)(t, p, pl, rb, sc,
+        (rb->decode ? mha_decode_step : mha_prefill_step)(t, p, pl, rb, sc,
                                                           k0, nk, o, m, l);
     }
-    if (rb->w && k_end < p->lk)
+    if (rb->w && k_end < lk)
         for (int64_t r = 0; r < rb->rows; r++)
-            memset(rb->w + r * p->lk + k_end, 0,
-                   (size_t)(p->lk - k_end) * sizeof(float));
+            memset(rb->w + r * lk + k_end, 0,
+                   (size_t)(lk - k_end) * sizeof(float));
 }
 
-/* The unit and key chunk of work item it. */
-static void item_of(const mha_problem *p, const mha_plan *pl, int64_t it,
-                    int64_t *unit, int64_t *chunk)
+/* The unit and key chunk of work item it: a sequence's items follow its
+ * units, or (key_major) its chunks, each across the sequence's units. */
+static void item_of(const mha_problem *p, const mha_plan *pl,
+                    const mha_seq *seqs, int64_t it, int64_t *unit,
+                    int64_t *chunk)
 {
     *unit = it / pl->chunks, *chunk = it % pl->chunks;
-    if (pl->key_major) { /* (batch, chunk, unit of the batch) */
-        int64_t per_batch = pl->units / p->batch;
-        *chunk = it / per_batch % pl->chunks;
-        *unit = it / (per_batch * pl->chunks) * per_batch + it % per_batch;
+    if (pl->key_major) {
+        const mha_seq *s = &seqs[mha_seq_of_unit(seqs, p->batch, *unit)];
+        int64_t at = it - s->unit0 * pl->chunks;
+        *chunk = at / s->units;
+        *unit = s->unit0 + at % s->units;
     }
 }
 
@@ -76,18 +79,22 @@ void mha_attention_run(const mk_table *t, const mha_problem *p,
                        const mha_plan *pl, void *scratch_mem)
 {
     float *partials = scratch_mem;
+    mha_seq *seqs = (mha_seq *)((char *)scratch_mem + pl->seq_offset);
+    mha_seqs_fill(t, p, pl, seqs);
     float *thread_mem = pl->chunks > 1 ? partials + pl->items * pl->partial_floats
                                        : partials;
 #pragma omp parallel num_threads(pl->nthreads) if (pl->nthreads > 1)
     {
         mha_scratch sc = thread_scratch(pl, thread_mem, omp_get_thread_num());
-        mha_head_cache cache = {NULL, 0, 0, NULL, 0, 0};
-        sc.cache = pl->cache_heads ? &cache : NULL;
+        mha_head_cache cache = {-1, 0, 0, -1, 0, 0};
 #pragma omp for schedule(dynamic, pl->grab)
         for (int64_t it = 0; it < pl->items; it++) {
             int64_t unit, c;
-            item_of(p, pl, it, &unit, &c);
-            mha_row_block rb = mha_row_block_of(p, pl, unit);
+            item_of(p, pl, seqs, it, &unit, &c);
+            mha_row_block rb = mha_row_block_of(p, pl, seqs, unit);
+            sc.cache = seqs[mha_seq_of_unit(seqs, p->batch, unit)].cache
+                           ? &cache
+                           : NULL;
             /* Key blocks start at multiples of block_k (the head cache
              * finds a block's panels there); the tile mask hides the keys
              * of the first block before key_begin. */
@@ -112,7 +119,7 @@ void mha_attention_run(const mk_table *t, const mha_problem *p,
         if (pl->chunks > 1) {
 #pragma omp for schedule(dynamic, 1)
             for (int64_t u = 0; u < pl->units; u++) {
-                mha_row_block rb = mha_row_block_of(p, pl, u);
+                mha_row_block rb = mha_row_block_of(p, pl, seqs, u);
                 mha_merge_chunks(t, p, pl, &rb,
                                  partials + u * pl->chunks * pl->partial_floats);
             }

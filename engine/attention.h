@@ -21,24 +21,45 @@ typedef struct {
     int64_t floats; /* the whole part */
 } mha_scratch_layout;
 
+/* One sequence of a batch (a dense batch's b, or a continuous batch's
+ * sequence): its lengths, where its rows are, and how its rows are cut
+ * into units (docs/design.md, "Continuous batches"). */
+typedef struct {
+    int64_t lq, lk;       /* queries; keys (weights row, causal alignment) */
+    int64_t key_limit;    /* keys at or past it hidden (key_lengths) */
+    int64_t q_off, o_off; /* elements from q, out to row 0 of head 0 */
+    int64_t k_off, v_off; /* elements from k, v to key 0 of kv head 0 */
+    int64_t ks_off, vs_off; /* floats from the scales to key 0's */
+    const int32_t *pages; /* paged keys: the block table row; else NULL */
+    int64_t w_off;        /* floats from weights to its [H, lq, lk] */
+    int64_t lse_off, lse_sh; /* floats from lse to (head 0, row 0); head */
+    int64_t unit0, units; /* its units: [unit0, unit0 + units) */
+    int64_t rows;         /* rows per block: block_q or fewer */
+    int64_t row_blocks;   /* per head (or kv head when grouped) */
+    int64_t key_block;    /* keys per block of its stream */
+    int grouped;          /* rows are query heads of one kv group (lq 1) */
+    int decode;           /* rows <= MK_DECODE_ROWS: K and V in place */
+    int cache;            /* a thread keeps a whole head's packed keys */
+} mha_seq;
+
 struct mha_plan {
-    int grouped;        /* rows are query heads of one kv group (Lq == 1) */
-    int decode;         /* rows <= MK_DECODE_ROWS: K and V read in place */
-    int key_major;      /* items run chunk by chunk across a batch's heads */
-    int cache_heads;    /* a thread keeps a whole head's packed keys */
+    int key_major;      /* items run chunk by chunk across a sequence's
+                           heads */
+    int cache_heads;    /* some sequence keeps heads (scratch for it) */
+    int any_prefill;    /* some sequence takes the prefill stream */
     int64_t group;      /* query heads per kv head */
-    int64_t rows;       /* rows per block: block_q or fewer */
-    int64_t row_blocks; /* per (batch, head) or per (batch, kv head) */
-    int64_t units;      /* batch x heads-or-kv-heads x row_blocks */
+    int64_t rows;       /* the most rows of a block over the sequences */
+    int64_t units;      /* over the sequences: heads x row_blocks */
     int64_t chunks;     /* key chunks per unit */
     int64_t chunk_len;  /* keys per chunk, a multiple of block_k */
-    int64_t key_block;  /* keys per block of the stream */
+    int64_t decode_key_block; /* keys per block of the decode stream */
     int64_t items;      /* units x chunks */
     int64_t grab;       /* items a thread takes at once */
     int64_t partial_floats; /* one (unit, chunk) partial: rows x (dv+2) */
     int nthreads;
     mha_scratch_layout thread;
-    size_t bytes; /* partials, then nthreads thread parts */
+    size_t seq_offset;  /* bytes to the sequence table (run fills it) */
+    size_t bytes; /* partials, nthreads thread parts, the sequences */
 };
 
 /* plan.c: the plan of a validated problem on an engine (p's pointers are
@@ -52,9 +73,9 @@ mha_status mha_plan_make(const mha_engine *engine, const mha_problem *p,
  * key block and copying (or widening) every value block again. Keys
  * [lo, hi) (values [vlo, vhi)) of the head are in the copy. */
 typedef struct {
-    const char *head;
+    int64_t head; /* the row block's cache_id, -1 for none */
     int64_t lo, hi;
-    const char *vhead;
+    int64_t vhead;
     int64_t vlo, vhi;
 } mha_head_cache;
 
@@ -71,14 +92,23 @@ typedef struct {
  * (docs/design.md, "Mask model"). */
 typedef struct {
     int64_t rows;
+    int decode;        /* the decode stream, else prefill */
+    int64_t key_block; /* keys per block */
+    int64_t cache_id;  /* the (sequence, kv head) the rows read */
     const float *q;
     ptrdiff_t ldq;
-    const char *k, *v; /* bytes: the element type is the problem's */
-    const float *ks, *vs; /* quantised K/V: the head's scales (row j at
-                             j * k_scales.stride_seq), else NULL */
+    /* K and V of the kv head, bytes (the element type is the problem's):
+     * row j at j * k_ss elements, or with pages in block pages[j / P] at
+     * that block's stride and slot j % P (P = the pool's seq). ks, vs:
+     * quantised K/V's scales laid out alike, else NULL. mha_kv_run finds
+     * the rows. */
+    const char *k, *v;
+    const float *ks, *vs;
+    const int32_t *pages;
     float *out;
     ptrdiff_t ldo;
     float *w; /* weights rows, or NULL */
+    ptrdiff_t w_ld; /* the sequence's keys */
     const uint8_t *keep;
     ptrdiff_t keep_ld;
     const uint8_t *key_keep; /* the batch's key padding row, or NULL */
@@ -101,9 +131,21 @@ typedef struct {
     int64_t diag_hi;   /* MK_NO_DIAG_HI, or key j hidden when j > r + it */
 } mha_row_block;
 
-/* plan.c: the geometry of a unit, and a key block's tile mask. */
+/* plan.c: the sequence table (pl->units entries' owners; filled once per
+ * call), the sequence a unit belongs to, the geometry of a unit, and a key
+ * block's tile mask. */
+void mha_seqs_fill(const mk_table *t, const mha_problem *p,
+                   const mha_plan *pl, mha_seq *seqs);
+int64_t mha_seq_of_unit(const mha_seq *seqs, int64_t n, int64_t unit);
 mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
-                               int64_t unit);
+                               const mha_seq *seqs, int64_t unit);
+/* The longest run of K (value 0) or V rows [j, j + n) of a row block that
+ * sit at one stride (one block of a paged cache; all of a dense head):
+ * *rows is row j, *scales its scale (NULL for the float dtypes); returns
+ * the run's length, 1..n. */
+int64_t mha_kv_run(const mha_problem *p, const mha_row_block *rb, int value,
+                   int64_t j, int64_t n, const char **rows,
+                   const float **scales);
 mk_mask mha_block_mask(const mha_row_block *rb, int64_t k0, int64_t nk);
 
 /* The two streams (prefill.c, decode.c) share these signatures. scores:

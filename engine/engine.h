@@ -67,6 +67,17 @@ typedef struct mha_problem {
     float scale;
     float *weights;
     float *lse; /* [B, H, Lq] packed, or NULL */
+    /* The sequences of a continuous batch (mha_attention_varlen;
+     * docs/design.md, "Continuous batches"). All NULL: a dense batch,
+     * sequence b at b times the batch strides with lq queries and lk keys.
+     * Otherwise lq and lk are the longest sequence's. */
+    const int32_t *cu_q;        /* [B+1] packed query rows, or NULL */
+    const int32_t *cu_k;        /* [B+1] packed key rows, or NULL */
+    const int32_t *block_table; /* paged keys: [B, bt_stride], or NULL */
+    int64_t bt_stride;
+    int64_t page_size;          /* paged keys: keys per block */
+    const int32_t *seqlens_k;   /* paged keys: [B] */
+    int64_t total_q;            /* with cu_q: rows of q (the lse layout) */
 } mha_problem;
 
 /* validate.c ---------------------------------------------------------- */
@@ -80,6 +91,14 @@ static inline int mha_spans_overlap(mha_span a, mha_span b)
 {
     return a.lo < b.hi && b.lo < a.hi;
 }
+
+/* Returns MHA_ERR_BAD_SHAPE, naming both, when two views' sizes differ
+ * (a->fa and b->fb; a and b are the views' field names). */
+#define MHA_SAME(a, fa, b, fb)                                              \
+    if ((a)->fa != (b)->fb)                                                 \
+        return mha_fail(MHA_ERR_BAD_SHAPE, #a "." #fa " (%lld) differs from " \
+                        #b "." #fb " (%lld)", (long long)(a)->fa,            \
+                        (long long)(b)->fb);
 
 /* Overflow-checked arithmetic: return 0 on overflow. */
 int mha_mul_ok(int64_t a, int64_t b, int64_t *r);
@@ -101,6 +120,14 @@ typedef struct {
     int64_t batch, heads, lq, lk; /* of the weights and the mask */
     const mha_score_terms *terms; /* or NULL */
     float *lse;                   /* [batch, heads, lq], or NULL */
+    /* Nonzero: the weights and lse hold these many floats (a continuous
+     * batch's packed forms) instead of the dense shapes'. */
+    int packed_outputs;
+    int64_t weights_floats, lse_floats;
+    /* Nonzero: the K/V inputs' scale values are not read here (a paged
+     * pool's unused blocks may hold anything); the caller checks the
+     * scales the call reads. */
+    int kv_scales_used_only;
 } mha_views;
 
 /* Per-tensor checks of every view (dtype against its role: inputs past

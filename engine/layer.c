@@ -262,7 +262,7 @@ mha_status mha_layer_forward_ex(const mha_layer *layer,
     int average = args->weights && args->average_weights;
     mha_views views = {3, {&vq, &vk, &vv}, {"query", "key", "value"}, &vo,
                        "out", average ? NULL : args->weights, args->mask,
-                       batch, h, lq, lk, args->terms, args->lse};
+                       batch, h, lq, lk, args->terms, args->lse, 0, 0, 0, 0};
     mha_mask m;
     mha_score_terms terms;
     if ((st = mha_check_views(&views)) != MHA_OK ||

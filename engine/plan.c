@@ -21,51 +21,139 @@
 
 static int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 
-/* Items: units of rows times key chunks. */
+/* Queries and keys of sequence b. */
+static void seq_lengths(const mha_problem *p, int64_t b, int64_t *lq,
+                        int64_t *lk)
+{
+    *lq = p->cu_q ? p->cu_q[b + 1] - p->cu_q[b] : p->lq;
+    *lk = p->cu_k          ? p->cu_k[b + 1] - p->cu_k[b]
+          : p->seqlens_k   ? p->seqlens_k[b]
+                           : p->lk;
+}
+
+/* How a sequence of lq queries is cut into blocks of rows: query rows of
+ * a head, or (one query, grouped heads) the query heads of a kv group. */
+static void seq_cut(const mk_table *t, const mha_problem *p, int64_t group,
+                    int64_t lq, mha_seq *s)
+{
+    s->lq = lq;
+    s->grouped = lq == 1 && group > 1;
+    int64_t per = s->grouped ? group : lq;
+    /* Rows per block: block_q, or fewer when there are fewer (decode), so
+     * the split partials stay small. */
+    s->rows = per < t->block_q ? per : t->block_q;
+    s->decode = s->rows <= MK_DECODE_ROWS;
+    s->row_blocks = per > 0 ? (per + s->rows - 1) / s->rows : 0;
+    s->units = (s->grouped ? p->kv_heads : p->heads) * s->row_blocks;
+}
+
+/* Items: units of rows times key chunks, the units of every sequence one
+ * after another. */
 static void cut_work(const mk_table *t, const mha_problem *p, mha_plan *pl)
 {
     pl->group = p->heads / p->kv_heads;
-    pl->grouped = p->lq == 1 && pl->group > 1;
-    int64_t per = pl->grouped ? pl->group : p->lq;
-    /* Rows per block: block_q, or fewer when there are fewer (decode), so
-     * the split partials stay small. */
-    pl->rows = per < t->block_q ? per : t->block_q;
-    pl->decode = pl->rows <= MK_DECODE_ROWS;
-    pl->row_blocks = (per + pl->rows - 1) / pl->rows;
-    pl->units = p->batch * (pl->grouped ? p->kv_heads : p->heads) *
-                pl->row_blocks;
+    pl->units = 0;
+    pl->rows = 0;
+    pl->any_prefill = 0;
+    int all_decode = 1;
+    for (int64_t b = 0; b < p->batch; b++) {
+        int64_t lq, lk;
+        mha_seq s;
+        seq_lengths(p, b, &lq, &lk);
+        seq_cut(t, p, pl->group, lq, &s);
+        pl->units += s.units;
+        if (s.rows > pl->rows)
+            pl->rows = s.rows;
+        if (s.units > 0 && !s.decode)
+            pl->any_prefill = 1, all_decode = 0;
+    }
     pl->chunks = 1;
     if (!p->weights && pl->units < SPLIT_TARGET_ITEMS) {
-        int64_t want = (SPLIT_TARGET_ITEMS + pl->units - 1) / pl->units;
+        int64_t want = pl->units > 0
+                           ? (SPLIT_TARGET_ITEMS + pl->units - 1) / pl->units
+                           : 1;
         int64_t most = p->lk / SPLIT_MIN_KEYS;
         pl->chunks = want < most ? want : most;
         if (pl->chunks < 1)
             pl->chunks = 1;
     }
     pl->key_major = 0;
-    if (pl->decode && !p->weights &&
+    if (all_decode && !p->weights &&
         p->k_ss >= (int64_t)(PAGE_BYTES / mha_dtype_size(p->k_dtype))) {
         int64_t paged = (p->lk + PAGED_CHUNK_KEYS - 1) / PAGED_CHUNK_KEYS;
         if (paged > pl->chunks)
             pl->chunks = paged;
         pl->key_major = pl->chunks > 1;
     }
-    int64_t bk = t->block_k;
-    pl->chunk_len = ((p->lk + pl->chunks - 1) / pl->chunks + bk - 1) / bk * bk;
-    pl->chunks = (p->lk + pl->chunk_len - 1) / pl->chunk_len;
+    int64_t bk = t->block_k, lk = p->lk > 0 ? p->lk : 1;
+    pl->chunk_len = ((lk + pl->chunks - 1) / pl->chunks + bk - 1) / bk * bk;
+    pl->chunks = (lk + pl->chunk_len - 1) / pl->chunk_len;
     pl->items = pl->units * pl->chunks;
-    /* Keys per block: the table's, or for decode as many as the score
-     * tile holds for MK_DECODE_ROWS rows (a multiple of block_k), so the
-     * kernels prefetch across long runs of rows and the per-block steps
-     * are few. */
-    pl->key_block = bk;
-    if (pl->decode) {
-        int64_t n = t->block_q * bk / MK_DECODE_ROWS / bk * bk;
-        pl->key_block = n > bk ? n : bk;
-    }
+    /* Keys per decode block: as many as the score tile holds for
+     * MK_DECODE_ROWS rows (a multiple of block_k), so the kernels prefetch
+     * across long runs of rows and the per-block steps are few. */
+    int64_t n = t->block_q * bk / MK_DECODE_ROWS / bk * bk;
+    pl->decode_key_block = n > bk ? n : bk;
     /* A thread keeps a whole head's packed keys when several query blocks
      * read the same keys (memory stays O(Lk d) per thread). */
-    pl->cache_heads = pl->chunks == 1 && pl->row_blocks > 1 && !pl->decode;
+    pl->cache_heads = 0;
+    if (pl->chunks == 1)
+        for (int64_t b = 0; b < p->batch && !pl->cache_heads; b++) {
+            int64_t lq, lk_b;
+            mha_seq s;
+            seq_lengths(p, b, &lq, &lk_b);
+            seq_cut(t, p, pl->group, lq, &s);
+            pl->cache_heads = s.row_blocks > 1 && !s.decode;
+        }
+}
+
+void mha_seqs_fill(const mk_table *t, const mha_problem *p,
+                   const mha_plan *pl, mha_seq *seqs)
+{
+    int64_t unit = 0, w = 0;
+    for (int64_t b = 0; b < p->batch; b++) {
+        mha_seq *s = &seqs[b];
+        int64_t lq, lk;
+        seq_lengths(p, b, &lq, &lk);
+        seq_cut(t, p, pl->group, lq, s);
+        s->lk = lk;
+        s->key_limit = lk;
+        if (p->mask.key_lengths && p->mask.key_lengths[b] < lk)
+            s->key_limit = p->mask.key_lengths[b];
+        s->unit0 = unit;
+        unit += s->units;
+        s->key_block = s->decode ? pl->decode_key_block : t->block_k;
+        s->cache = pl->chunks == 1 && s->row_blocks > 1 && !s->decode;
+        if (p->cu_q) {
+            s->q_off = p->cu_q[b] * p->q_ss;
+            s->o_off = p->cu_q[b] * p->o_ss;
+            s->lse_off = p->cu_q[b];
+            s->lse_sh = p->total_q;
+        } else {
+            s->q_off = b * p->q_sb;
+            s->o_off = b * p->o_sb;
+            s->lse_off = b * p->heads * p->lq;
+            s->lse_sh = p->lq;
+        }
+        s->pages = NULL;
+        if (p->block_table) {
+            s->pages = p->block_table + b * p->bt_stride;
+            s->k_off = s->v_off = s->ks_off = s->vs_off = 0;
+        } else if (p->cu_k) {
+            s->k_off = p->cu_k[b] * p->k_ss;
+            s->v_off = p->cu_k[b] * p->v_ss;
+            s->ks_off = p->cu_k[b] * p->k_scales.stride_seq;
+            s->vs_off = p->cu_k[b] * p->v_scales.stride_seq;
+        } else {
+            s->k_off = b * p->k_sb;
+            s->v_off = b * p->v_sb;
+            s->ks_off = b * p->k_scales.stride_batch;
+            s->vs_off = b * p->v_scales.stride_batch;
+        }
+        /* Validation bounded sum_b H * lq * lk (the weights' floats). */
+        s->w_off = w;
+        w += p->heads * lq * lk;
+    }
 }
 
 /* One thread's parts; 0 on overflow. */
@@ -74,19 +162,25 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
     int64_t bq = t->block_q, bk = t->block_k;
     int64_t keys = pl->cache_heads ? (p->lk + bk - 1) / bk * bk : bk;
     /* Decode reads K and V in place: nothing packed or widened. */
-    size_t kp = pl->decode ? 0 : t->packed_floats(keys, p->d);
-    int64_t values = pl->cache_heads ? keys : p->v_dtype != MHA_F32 ? bk : 0;
+    size_t kp = pl->any_prefill ? t->packed_floats(keys, p->d) : 0;
+    /* Keys and values not stored as fp32 rows at one stride (a narrower
+     * dtype, a paged cache) are widened or copied block by block. */
+    int paged = p->block_table != NULL;
+    int64_t values = pl->cache_heads ? keys
+                     : p->v_dtype != MHA_F32 || paged ? bk
+                                                      : 0;
     int64_t part[9] = {0};
     enum { S, KP, O, M, L, ALPHA, L2, KW, VW };
-    /* Decode blocks of <= MK_DECODE_ROWS rows and key_block keys fit the
-     * block_q x block_k score tile too. */
+    /* Decode blocks of <= MK_DECODE_ROWS rows and decode_key_block keys
+     * fit the block_q x block_k score tile too. */
     if (!mha_mul_ok(bq, bk, &part[S]) ||
         kp > (size_t)INT64_MAX / 2 || !mha_mul_ok(bq, p->dv, &part[O]))
         return 0;
     part[KP] = (int64_t)kp;
     part[M] = part[L] = part[ALPHA] = part[L2] = bq;
-    if (!pl->decode &&
-        ((p->k_dtype != MHA_F32 && !mha_mul_ok(bk, p->d, &part[KW])) ||
+    if (pl->any_prefill &&
+        (((p->k_dtype != MHA_F32 || paged) &&
+          !mha_mul_ok(bk, p->d, &part[KW])) ||
          !mha_mul_ok(values, p->dv, &part[VW])))
         return 0;
     int64_t *off[9] = {&pl->thread.s,  &pl->thread.kp,    &pl->thread.o,
@@ -110,43 +204,95 @@ mha_status mha_plan_make(const mha_engine *engine, const mha_problem *p,
     const mk_table *t = &engine->kernels;
     cut_work(t, p, pl);
     pl->nthreads = mha_threads_for_call(engine, pl->items);
-    /* With the head cache and heads enough for every thread, a thread
-     * takes a head's query blocks together, so each head is packed by one
-     * thread (which thread computes an item never changes its result). */
-    pl->grab = pl->cache_heads &&
-                       pl->units / pl->row_blocks >= 2 * pl->nthreads
-                   ? pl->row_blocks
-                   : 1;
+    /* A dense batch with the head cache and heads enough for every thread:
+     * a thread takes a head's query blocks together, so each head is
+     * packed by one thread (which thread computes an item never changes
+     * its result). */
+    int64_t rb0 = 0;
+    if (pl->cache_heads && !p->cu_q && p->batch > 0) {
+        mha_seq s;
+        seq_cut(t, p, pl->group, p->lq, &s);
+        rb0 = s.row_blocks;
+    }
+    pl->grab = rb0 > 0 && pl->units / rb0 >= 2 * pl->nthreads ? rb0 : 1;
     pl->partial_floats = round_up16(pl->rows * (p->dv + 2));
-    int64_t partials = 0, total;
+    int64_t partials = 0, total, seq_bytes;
     if (!lay_out(t, p, pl) ||
         (pl->chunks > 1 &&
          !mha_mul_ok(pl->items, pl->partial_floats, &partials)) ||
         !mha_mul_ok(pl->thread.floats, pl->nthreads, &total) ||
         !mha_add_ok(total, partials, &total) ||
-        !mha_mul_ok(total, (int64_t)sizeof(float), &total))
+        !mha_mul_ok(total, (int64_t)sizeof(float), &total) ||
+        !mha_mul_ok(p->batch, (int64_t)sizeof(mha_seq), &seq_bytes) ||
+        !mha_add_ok(total, seq_bytes, &seq_bytes))
         return mha_fail(MHA_ERR_OVERFLOW,
                         "attention scratch for d=%lld, dv=%lld overflows",
                         (long long)p->d, (long long)p->dv);
-    pl->bytes = (size_t)total;
+    pl->seq_offset = (size_t)total; /* a multiple of 64 bytes */
+    pl->bytes = (size_t)seq_bytes;
     return MHA_OK;
 }
 
+int64_t mha_seq_of_unit(const mha_seq *seqs, int64_t n, int64_t unit)
+{
+    /* The last sequence starting at or before the unit: empty sequences
+     * before it start where it does, empty ones after it past the unit. */
+    int64_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (seqs[mid].unit0 <= unit)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+int64_t mha_kv_run(const mha_problem *p, const mha_row_block *rb, int value,
+                   int64_t j, int64_t n, const char **rows,
+                   const float **scales)
+{
+    mha_dtype dt = value ? p->v_dtype : p->k_dtype;
+    const char *base = value ? rb->v : rb->k;
+    const float *sc = value ? rb->vs : rb->ks;
+    const mha_scales *ss = value ? &p->v_scales : &p->k_scales;
+    int64_t seq_stride = value ? p->v_ss : p->k_ss;
+    size_t es = mha_dtype_size(dt);
+    int64_t run = n, at = j, block = 0;
+    if (rb->pages) {
+        int64_t page = p->page_size;
+        block = rb->pages[j / page];
+        at = j % page;
+        if (page - at < run)
+            run = page - at;
+    }
+    int64_t block_stride = value ? p->v_sb : p->k_sb;
+    *rows = base + (size_t)(block * block_stride + at * seq_stride) * es;
+    *scales = sc ? sc + block * ss->stride_batch + at * ss->stride_seq
+                 : NULL;
+    return run;
+}
+
 mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
-                               int64_t unit)
+                               const mha_seq *seqs, int64_t unit)
 {
     const mha_mask *m = &p->mask;
-    int64_t heads = pl->grouped ? p->kv_heads : p->heads;
-    int64_t b = unit / (heads * pl->row_blocks);
-    int64_t hh = unit / pl->row_blocks % heads;
-    int64_t r0 = unit % pl->row_blocks * pl->rows;
-    int64_t per = pl->grouped ? pl->group : p->lq;
+    int64_t b = mha_seq_of_unit(seqs, p->batch, unit);
+    const mha_seq *s = &seqs[b];
+    unit -= s->unit0;
+    int64_t heads = s->grouped ? p->kv_heads : p->heads;
+    int64_t hh = unit / s->row_blocks % heads;
+    int64_t r0 = unit % s->row_blocks * s->rows;
+    int64_t per = s->grouped ? pl->group : s->lq;
+    int64_t lq = s->lq, lk = s->lk;
     mha_row_block rb;
-    rb.rows = per - r0 < pl->rows ? per - r0 : pl->rows;
+    rb.rows = per - r0 < s->rows ? per - r0 : s->rows;
+    rb.decode = s->decode;
+    rb.key_block = s->key_block;
     /* The first row's head and query, and how one row steps. */
     int64_t h, i, hk;
     ptrdiff_t step_q, step_o, step_keep, step_bias;
-    if (pl->grouped) {
+    if (s->grouped) {
         hk = hh, h = hh * pl->group + r0, i = 0;
         step_q = p->q_sh, step_o = p->o_sh;
         step_keep = m->keep_stride_head, step_bias = m->bias_stride_head;
@@ -155,22 +301,20 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
         step_q = p->q_ss, step_o = p->o_ss;
         step_keep = m->keep_stride_query, step_bias = m->bias_stride_query;
     }
-    rb.q = p->q + b * p->q_sb + i * p->q_ss + h * p->q_sh;
+    rb.cache_id = b * p->kv_heads + hk;
+    rb.q = p->q + s->q_off + i * p->q_ss + h * p->q_sh;
     rb.ldq = step_q;
     size_t ks = mha_dtype_size(p->k_dtype), vs = mha_dtype_size(p->v_dtype);
-    rb.k = (const char *)p->k + (size_t)(b * p->k_sb + hk * p->k_sh) * ks;
-    rb.v = (const char *)p->v + (size_t)(b * p->v_sb + hk * p->v_sh) * vs;
+    rb.k = (const char *)p->k + (size_t)(s->k_off + hk * p->k_sh) * ks;
+    rb.v = (const char *)p->v + (size_t)(s->v_off + hk * p->v_sh) * vs;
     const mha_scales *ksc = &p->k_scales, *vsc = &p->v_scales;
-    rb.ks = ksc->data ? ksc->data + b * ksc->stride_batch +
-                            hk * ksc->stride_head
-                      : NULL;
-    rb.vs = vsc->data ? vsc->data + b * vsc->stride_batch +
-                            hk * vsc->stride_head
-                      : NULL;
-    rb.out = p->out + b * p->o_sb + i * p->o_ss + h * p->o_sh;
+    rb.ks = ksc->data ? ksc->data + s->ks_off + hk * ksc->stride_head : NULL;
+    rb.vs = vsc->data ? vsc->data + s->vs_off + hk * vsc->stride_head : NULL;
+    rb.pages = s->pages;
+    rb.out = p->out + s->o_off + i * p->o_ss + h * p->o_sh;
     rb.ldo = step_o;
-    rb.w = p->weights ? p->weights + ((b * p->heads + h) * p->lq + i) * p->lk
-                      : NULL;
+    rb.w = p->weights ? p->weights + s->w_off + (h * lq + i) * lk : NULL;
+    rb.w_ld = lk;
     rb.keep = m->keep ? m->keep + b * m->keep_stride_batch +
                             h * m->keep_stride_head +
                             i * m->keep_stride_query
@@ -187,35 +331,32 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
     /* Score terms (docs/design.md, "Score terms"). Grouped rows are heads
      * at one query: slopes and sinks step by head, the position not. */
     const mha_score_terms *tm = &p->terms;
-    int64_t ashift = tm->align == MHA_ALIGN_TOP_LEFT ? 0 : p->lk - p->lq;
+    int64_t ashift = tm->align == MHA_ALIGN_TOP_LEFT ? 0 : lk - lq;
     rb.softcap = tm->softcap;
     rb.alibi = tm->alibi_slopes ? tm->alibi_slopes +
                                       b * tm->alibi_stride_batch + h
                                 : NULL;
-    rb.alibi_ld = pl->grouped ? 1 : 0;
+    rb.alibi_ld = s->grouped ? 1 : 0;
     rb.alibi_pos = i + ashift;
-    rb.alibi_pos_step = pl->grouped ? 0 : 1;
+    rb.alibi_pos_step = s->grouped ? 0 : 1;
     rb.sink = tm->sinks ? tm->sinks + h : NULL;
-    rb.sink_ld = pl->grouped ? 1 : 0;
-    rb.lse = p->lse ? p->lse + (b * p->heads + h) * p->lq + i : NULL;
-    rb.lse_ld = pl->grouped ? p->lq : 1;
+    rb.sink_ld = s->grouped ? 1 : 0;
+    rb.lse = p->lse ? p->lse + s->lse_off + h * s->lse_sh + i : NULL;
+    rb.lse_ld = s->grouped ? s->lse_sh : 1;
 
     rb.key_begin = 0;
-    rb.key_end = p->lk;
-    if (m->key_lengths && m->key_lengths[b] < rb.key_end)
-        rb.key_end = m->key_lengths[b];
+    rb.key_end = s->key_limit;
     rb.diag_lo = MK_NO_DIAG_LO;
     rb.diag_hi = MK_NO_DIAG_HI;
     if (m->causal != MHA_CAUSAL_NONE) {
-        int64_t shift = m->causal == MHA_CAUSAL_BOTTOM_RIGHT ? p->lk - p->lq
-                                                              : 0;
+        int64_t shift = m->causal == MHA_CAUSAL_BOTTOM_RIGHT ? lk - lq : 0;
         /* The last query sees the most keys; later key blocks are skipped.
          * Grouped rows share one query, so the limit alone is the mask. */
-        int64_t last_query = pl->grouped ? 0 : i + rb.rows - 1;
+        int64_t last_query = s->grouped ? 0 : i + rb.rows - 1;
         int64_t end = last_query + shift + 1;
         if (end < rb.key_end)
             rb.key_end = end < 0 ? 0 : end;
-        if (!pl->grouped)
+        if (!s->grouped)
             rb.diag_hi = i + shift;
     }
     /* A sliding window: query i' (aligned) sees keys [i' - left, i' +
@@ -223,11 +364,11 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
      * stays far from overflow. Grouped rows share one query: the window
      * is then a key range, not a diagonal. */
     if (tm->window) {
-        int64_t most = p->lq + p->lk;
+        int64_t most = lq + lk;
         int64_t left = tm->window_left > most ? -1 : tm->window_left;
         int64_t right = tm->window_right > most ? -1 : tm->window_right;
         int64_t pos = i + ashift; /* row 0's aligned position */
-        if (pl->grouped) {
+        if (s->grouped) {
             if (left >= 0 && pos - left > rb.key_begin)
                 rb.key_begin = pos - left;
             if (right >= 0 && pos + right + 1 < rb.key_end)

@@ -8,41 +8,60 @@
 
 #include "attention.h"
 
-/* Rows [k0, k0 + n) of a K or V head as fp32 rows of width elements: the
- * rows themselves (row stride *ld), or their widened copy in buf; a
- * quantised row's values times its scale (row r's at scale[r * scale_ss];
- * scale NULL for the float dtypes). */
-static const float *f32_rows(const mk_table *t, const char *head,
-                             mha_dtype dtype, int64_t stride, int64_t k0,
-                             int64_t n, int64_t width, float *buf,
-                             ptrdiff_t *ld, const float *scale,
-                             int64_t scale_ss)
+/* Rows [k0, k0 + n) of the row block's K (value 0) or V head as fp32
+ * rows in buf (row stride its width): widened (and times their scales)
+ * when stored narrower, copied when fp32, run by run (a paged cache's
+ * blocks). */
+static void gather_rows(const mk_table *t, const mha_problem *p,
+                        const mha_row_block *rb, int value, int64_t k0,
+                        int64_t n, float *buf)
 {
+    mha_dtype dtype = value ? p->v_dtype : p->k_dtype;
+    int64_t width = value ? p->dv : p->d;
+    int64_t stride = value ? p->v_ss : p->k_ss;
+    int64_t scale_ss = value ? p->v_scales.stride_seq
+                             : p->k_scales.stride_seq;
     size_t es = mha_dtype_size(dtype);
-    const char *x = head + (size_t)(k0 * stride) * es;
-    if (dtype == MHA_F32) {
-        *ld = stride;
-        return (const float *)x;
-    }
     mk_widen_fn *widen = t->widen[dtype];
-    for (int64_t r = 0; r < n; r++) {
-        float *y = buf + r * width;
-        widen(x + (size_t)(r * stride) * es, width, y);
-        if (scale) {
-            float sc = scale[(k0 + r) * scale_ss];
-            for (int64_t c = 0; c < width; c++)
-                y[c] *= sc;
+    for (int64_t j = 0, run; j < n; j += run) {
+        const char *x;
+        const float *scale;
+        run = mha_kv_run(p, rb, value, k0 + j, n - j, &x, &scale);
+        for (int64_t r = 0; r < run; r++) {
+            float *y = buf + (j + r) * width;
+            widen(x + (size_t)(r * stride) * es, width, y);
+            if (scale) {
+                float sc = scale[r * scale_ss];
+                for (int64_t c = 0; c < width; c++)
+                    y[c] *= sc;
+            }
         }
     }
-    *ld = width;
+}
+
+/* The same rows read in place when they are fp32 rows at one stride
+ * (*ld), else gathered into buf (*ld = width). */
+static const float *f32_rows(const mk_table *t, const mha_problem *p,
+                             const mha_row_block *rb, int value, int64_t k0,
+                             int64_t n, float *buf, ptrdiff_t *ld)
+{
+    const char *x;
+    const float *scale;
+    if ((value ? p->v_dtype : p->k_dtype) == MHA_F32 &&
+        mha_kv_run(p, rb, value, k0, n, &x, &scale) == n) {
+        *ld = value ? p->v_ss : p->k_ss;
+        return (const float *)x;
+    }
+    gather_rows(t, p, rb, value, k0, n, buf);
+    *ld = value ? p->dv : p->d;
     return buf;
 }
 
 /* Keeps [lo, hi) of a cached head contiguous: a block at k0 that neither
  * extends nor lies inside it restarts the copy there. Returns whether keys
  * [k0, k0 + n) must be (re)written. */
-static int cache_claim(const char **owner, int64_t *lo, int64_t *hi,
-                       const char *head, int64_t k0, int64_t n)
+static int cache_claim(int64_t *owner, int64_t *lo, int64_t *hi,
+                       int64_t head, int64_t k0, int64_t n)
 {
     if (*owner != head || k0 < *lo || k0 > *hi) {
         *owner = head;
@@ -56,30 +75,19 @@ static int cache_claim(const char **owner, int64_t *lo, int64_t *hi,
 
 /* Values [k0, k0 + nk) of the row block's head as contiguous fp32 rows
  * (*ld = dv) from the thread's copy of the head. fp32 values already
- * contiguous are read in place. */
+ * contiguous rows of a dense head are read in place. */
 static const float *cached_values(const mk_table *t, const mha_problem *p,
                                   const mha_row_block *rb,
                                   const mha_scratch *sc, int64_t k0,
                                   int64_t nk, ptrdiff_t *ld)
 {
     int64_t dv = p->dv;
-    if (p->v_dtype == MHA_F32 && p->v_ss == dv)
-        return f32_rows(t, rb->v, p->v_dtype, p->v_ss, k0, nk, dv, NULL, ld,
-                        NULL, 0);
+    if (p->v_dtype == MHA_F32 && p->v_ss == dv && !rb->pages)
+        return f32_rows(t, p, rb, 1, k0, nk, NULL, ld);
     mha_head_cache *c = sc->cache;
     float *dst = sc->vw + k0 * dv;
-    if (cache_claim(&c->vhead, &c->vlo, &c->vhi, rb->v, k0, nk)) {
-        if (p->v_dtype == MHA_F32) {
-            const float *v = (const float *)rb->v;
-            for (int64_t r = 0; r < nk; r++)
-                memcpy(dst + r * dv, v + (k0 + r) * p->v_ss,
-                       (size_t)dv * sizeof *dst);
-        } else {
-            ptrdiff_t ignored;
-            f32_rows(t, rb->v, p->v_dtype, p->v_ss, k0, nk, dv, dst,
-                     &ignored, rb->vs, p->v_scales.stride_seq);
-        }
-    }
+    if (cache_claim(&c->vhead, &c->vlo, &c->vhi, rb->cache_id, k0, nk))
+        gather_rows(t, p, rb, 1, k0, nk, dst);
     *ld = dv;
     return dst;
 }
@@ -91,8 +99,7 @@ static void pack_keys(const mk_table *t, const mha_problem *p,
                       int64_t k0, int64_t nk, float *kp)
 {
     ptrdiff_t ldk;
-    const float *k = f32_rows(t, rb->k, p->k_dtype, p->k_ss, k0, nk, p->d,
-                              sc->kw, &ldk, rb->ks, p->k_scales.stride_seq);
+    const float *k = f32_rows(t, p, rb, 0, k0, nk, sc->kw, &ldk);
     t->pack(k, ldk, nk, p->d, kp);
 }
 
@@ -110,12 +117,13 @@ void mha_prefill_scores(const mk_table *t, const mha_problem *p,
          * pack. */
         mha_head_cache *c = sc->cache;
         kp += t->packed_floats(k0, p->d);
-        pack = cache_claim(&c->head, &c->lo, &c->hi, rb->k, k0, nk);
+        pack = cache_claim(&c->head, &c->lo, &c->hi, rb->cache_id, k0, nk);
     }
     if (pack)
         pack_keys(t, p, rb, sc, k0, nk, kp);
-    t->qk(rb->q, rb->ldq, rb->rows, kp, nk, p->d, sc->s, pl->key_block);
-    t->softmax_update(sc->s, pl->key_block, rb->rows, nk, p->scale, &mk, m,
+    (void)pl;
+    t->qk(rb->q, rb->ldq, rb->rows, kp, nk, p->d, sc->s, rb->key_block);
+    t->softmax_update(sc->s, rb->key_block, rb->rows, nk, p->scale, &mk, m,
                       row_sum, sc->alpha);
 }
 
@@ -125,15 +133,13 @@ static void key_step(const mk_table *t, const mha_problem *p,
                      const mha_scratch *sc, int64_t k0, int64_t nk, float *o,
                      float *m, float *l)
 {
-    int64_t bk = pl->key_block, dv = p->dv;
+    int64_t bk = rb->key_block, dv = p->dv;
     mha_prefill_scores(t, p, pl, rb, sc, m, k0, nk, rb->w ? sc->l2 : l);
     if (rb->w)
-        t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, p->lk);
+        t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, rb->w_ld);
     ptrdiff_t ldv;
     const float *v = sc->cache ? cached_values(t, p, rb, sc, k0, nk, &ldv)
-                               : f32_rows(t, rb->v, p->v_dtype, p->v_ss, k0,
-                                          nk, dv, sc->vw, &ldv, rb->vs,
-                                          p->v_scales.stride_seq);
+                               : f32_rows(t, p, rb, 1, k0, nk, sc->vw, &ldv);
     t->pv(sc->s, bk, rb->rows, nk, v, ldv, dv, sc->alpha, o, dv);
 }
 
@@ -144,7 +150,7 @@ static void ensure_cached(const mk_table *t, const mha_problem *p,
                           int64_t k0, int64_t nk)
 {
     mha_head_cache *c = sc->cache;
-    if (cache_claim(&c->head, &c->lo, &c->hi, rb->k, k0, nk))
+    if (cache_claim(&c->head, &c->lo, &c->hi, rb->cache_id, k0, nk))
         pack_keys(t, p, rb, sc, k0, nk, sc->kp + t->packed_floats(k0, p->d));
     ptrdiff_t ldv;
     cached_values(t, p, rb, sc, k0, nk, &ldv);

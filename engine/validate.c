@@ -391,8 +391,9 @@ mha_status mha_check_views(const mha_views *views)
     mha_span r;
     mha_status st;
     for (int i = 0; i < views->n_in; i++)
-        if ((st = mha_check_tensor(views->in[i], views->in_name[i], i > 0, 1,
-                               &r)) != MHA_OK)
+        if ((st = mha_check_tensor(views->in[i], views->in_name[i], i > 0,
+                                   i == 0 || !views->kv_scales_used_only,
+                                   &r)) != MHA_OK)
             return st;
     return mha_check_tensor(views->out, views->out_name, 0, 1, &r);
 }
@@ -425,9 +426,14 @@ mha_status mha_check_outputs(const mha_views *views, mha_mask *mask,
     int64_t B = views->batch, H = views->heads, Lq = views->lq,
             Lk = views->lk;
     int64_t bh, bhq, weights_n, weights_bytes;
-    if (!mha_mul_ok(B, H, &bh) || !mha_mul_ok(bh, Lq, &bhq) ||
-        !mha_mul_ok(bhq, Lk, &weights_n) ||
-        !mha_mul_ok(weights_n, (int64_t)sizeof(float), &weights_bytes))
+    if (views->packed_outputs) {
+        /* The caller summed them with overflow checks. */
+        bhq = views->lse_floats;
+        weights_bytes = views->weights_floats * (int64_t)sizeof(float);
+    } else if (!mha_mul_ok(B, H, &bh) || !mha_mul_ok(bh, Lq, &bhq) ||
+               !mha_mul_ok(bhq, Lk, &weights_n) ||
+               !mha_mul_ok(weights_n, (int64_t)sizeof(float),
+                           &weights_bytes))
         return mha_fail(MHA_ERR_OVERFLOW,
                         "weights B*H*Lq*Lk*4 (%lld*%lld*%lld*%lld*4) "
                         "overflows",
@@ -501,6 +507,8 @@ void mha_problem_init(mha_problem *p, const mha_tensor *q,
     p->scale = scale != 0.0f ? scale : (float)(1.0 / sqrt((double)q->dim));
     p->weights = weights;
     p->lse = NULL;
+    p->cu_q = p->cu_k = p->block_table = p->seqlens_k = NULL;
+    p->bt_stride = p->page_size = p->total_q = 0;
 }
 
 mha_status mha_validate_attention(const mha_attention_args *args,
@@ -512,26 +520,20 @@ mha_status mha_validate_attention(const mha_attention_args *args,
                      *out = &args->out;
     mha_views views = {3, {q, k, v}, {"q", "k", "v"}, out, "out",
                        args->weights, args->mask, q->batch, q->heads,
-                       q->seq, k->seq, args->terms, args->lse};
+                       q->seq, k->seq, args->terms, args->lse, 0, 0, 0, 0};
     mha_status st;
     if ((st = mha_check_views(&views)) != MHA_OK)
         return st;
 
-#define SAME(a, fa, b, fb)                                                  \
-    if ((a)->fa != (b)->fb)                                                 \
-        return mha_fail(MHA_ERR_BAD_SHAPE, #a "." #fa " (%lld) differs from " \
-                        #b "." #fb " (%lld)", (long long)(a)->fa,            \
-                        (long long)(b)->fb);
-    SAME(k, batch, q, batch)
-    SAME(v, batch, q, batch)
-    SAME(out, batch, q, batch)
-    SAME(out, seq, q, seq)
-    SAME(out, heads, q, heads)
-    SAME(v, seq, k, seq)
-    SAME(v, heads, k, heads)
-    SAME(k, dim, q, dim)
-    SAME(out, dim, v, dim)
-#undef SAME
+    MHA_SAME(k, batch, q, batch)
+    MHA_SAME(v, batch, q, batch)
+    MHA_SAME(out, batch, q, batch)
+    MHA_SAME(out, seq, q, seq)
+    MHA_SAME(out, heads, q, heads)
+    MHA_SAME(v, seq, k, seq)
+    MHA_SAME(v, heads, k, heads)
+    MHA_SAME(k, dim, q, dim)
+    MHA_SAME(out, dim, v, dim)
     if (q->heads % k->heads != 0)
         return mha_fail(MHA_ERR_BAD_SHAPE,
                         "k.heads (%lld) does not divide q.heads (%lld)",
