@@ -94,23 +94,6 @@ static void free_bufs(tbufs *t)
     free(t->lse);
 }
 
-/* lse rows against the oracle's: -inf exactly where it is -inf. */
-static void check_lse(const float *got, const double *want, size_t n,
-                      const char *what, const char *isa)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (want[i] == -INFINITY) {
-            REQUIRE(got[i] == -INFINITY, "%s [%s]: lse[%zu] = %g, want -inf",
-                    what, isa, i, (double)got[i]);
-            continue;
-        }
-        REQUIRE(fabs(got[i] - want[i]) <=
-                    TOL_LSE_ABS + TOL_LSE_REL * fabs(want[i]),
-                "%s [%s]: lse[%zu] = %.9g, want %.9g", what, isa, i,
-                (double)got[i], want[i]);
-    }
-}
-
 /* Runs c on every available ISA against the oracle: out, weights, lse;
  * rows the oracle finds fully masked are exact zeros. */
 static void run(const tdesc *c, uint64_t seed, const char *what)

@@ -224,3 +224,20 @@ void check_attention(const mha_attention_args *args, size_t out_floats,
     free(got);
     free(got_w);
 }
+
+/* lse rows against the oracle's: -inf exactly where it is -inf. */
+void check_lse(const float *got, const double *want, size_t n,
+               const char *what, const char *isa)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (want[i] == -INFINITY) {
+            REQUIRE(got[i] == -INFINITY, "%s [%s]: lse[%zu] = %g, want -inf",
+                    what, isa, i, (double)got[i]);
+            continue;
+        }
+        REQUIRE(fabs(got[i] - want[i]) <=
+                    TOL_LSE_ABS + TOL_LSE_REL * fabs(want[i]),
+                "%s [%s]: lse[%zu] = %.9g, want %.9g", what, isa, i,
+                (double)got[i], want[i]);
+    }
+}

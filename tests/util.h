@@ -79,4 +79,9 @@ void check_weights(const float *got, const double *want, int64_t rows,
                    int64_t lk, double abs, double rel, const char *what,
                    const char *isa);
 
+/* n lse values against the oracle's: within TOL_LSE, -inf exactly where
+ * the oracle's is -inf. */
+void check_lse(const float *got, const double *want, size_t n,
+               const char *what, const char *isa);
+
 #endif
