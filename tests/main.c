@@ -21,6 +21,7 @@ static const struct {
     {"stress", suite_stress},       {"api", suite_api},
     {"terms", suite_terms},
     {"quant", suite_quant},
+    {"varlen", suite_varlen},
 };
 
 int main(int argc, char **argv)

@@ -25,6 +25,7 @@ Suite *suite_stress(void);
 Suite *suite_api(void);
 Suite *suite_terms(void);
 Suite *suite_quant(void);
+Suite *suite_varlen(void);
 
 /* An engine for isa with nthreads, or a test failure. */
 mha_engine *make_engine(mha_isa isa, int nthreads);
