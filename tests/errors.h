@@ -84,5 +84,7 @@ void expect_rejected(mha_status st, const expectation *e, mha_isa isa,
 
 /* Adds the allocation-failure test (test_errors_alloc.c). */
 void errors_add_allocation_tests(TCase *tc);
+/* Adds mha_attention_varlen's bad-input rows (test_errors_varlen.c). */
+void errors_add_varlen_tests(TCase *tc);
 
 #endif

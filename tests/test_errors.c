@@ -3,7 +3,8 @@
  * the calling thread that names the field, and leaves every output byte
  * untouched (sentinel-filled out and weights, the engine and layer
  * pointers). Each row of the tables below carries its own mutation of a
- * valid fixture. Allocation failures are in test_errors_alloc.c.
+ * valid fixture. Allocation failures are in test_errors_alloc.c,
+ * mha_attention_varlen's fields in test_errors_varlen.c.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv, strdup */
 
@@ -739,6 +740,7 @@ Suite *suite_errors(void)
     tcase_add_loop_test(tc, layer_create_bad_input, 0, N_LAYER_CREATE_BAD);
     tcase_add_loop_test(tc, layer_forward_bad_input, 0, N_LAYER_FORWARD_BAD);
     errors_add_allocation_tests(tc);
+    errors_add_varlen_tests(tc);
     suite_add_tcase(s, tc);
     return s;
 }
