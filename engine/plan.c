@@ -54,7 +54,7 @@ static void cut_work(const mk_table *t, const mha_problem *p, mha_plan *pl)
     pl->group = p->heads / p->kv_heads;
     pl->units = 0;
     pl->rows = 0;
-    pl->any_prefill = 0;
+    pl->any_prefill = pl->any_decode = 0;
     int all_decode = 1;
     for (int64_t b = 0; b < p->batch; b++) {
         int64_t lq, lk;
@@ -66,6 +66,8 @@ static void cut_work(const mk_table *t, const mha_problem *p, mha_plan *pl)
             pl->rows = s.rows;
         if (s.units > 0 && !s.decode)
             pl->any_prefill = 1, all_decode = 0;
+        if (s.units > 0 && s.decode)
+            pl->any_decode = 1;
     }
     pl->chunks = 1;
     if (!p->weights && pl->units < SPLIT_TARGET_ITEMS) {
@@ -169,8 +171,11 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
     int64_t values = pl->cache_heads ? keys
                      : p->v_dtype != MHA_F32 || paged ? bk
                                                       : 0;
-    int64_t part[9] = {0};
-    enum { S, KP, O, M, L, ALPHA, L2, KW, VW };
+    int64_t part[10] = {0};
+    enum { S, KP, O, M, L, ALPHA, L2, KW, VW, RT };
+    if (paged && pl->any_decode)
+        part[RT] = pl->decode_key_block *
+                   (int64_t)(2 * sizeof(void *) / sizeof(float) + 2);
     /* Decode blocks of <= MK_DECODE_ROWS rows and decode_key_block keys
      * fit the block_q x block_k score tile too. */
     if (!mha_mul_ok(bq, bk, &part[S]) ||
@@ -183,11 +188,12 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
           !mha_mul_ok(bk, p->d, &part[KW])) ||
          !mha_mul_ok(values, p->dv, &part[VW])))
         return 0;
-    int64_t *off[9] = {&pl->thread.s,  &pl->thread.kp,    &pl->thread.o,
-                       &pl->thread.m,  &pl->thread.l,     &pl->thread.alpha,
-                       &pl->thread.l2, &pl->thread.kw,    &pl->thread.vw};
+    int64_t *off[10] = {&pl->thread.s,  &pl->thread.kp, &pl->thread.o,
+                        &pl->thread.m,  &pl->thread.l,  &pl->thread.alpha,
+                        &pl->thread.l2, &pl->thread.kw, &pl->thread.vw,
+                        &pl->thread.rt};
     int64_t at = 0;
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < 10; i++) {
         if (part[i] > INT64_MAX - 16)
             return 0;
         *off[i] = at;
