@@ -336,8 +336,12 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
 
     /* Score terms (docs/design.md, "Score terms"). Grouped rows are heads
      * at one query: slopes and sinks step by head, the position not. */
+    /* Positions: key j is key_offset + j of key_total keys (a shard); in
+     * the block's key indices every position moves by -key_offset. */
     const mha_score_terms *tm = &p->terms;
-    int64_t ashift = tm->align == MHA_ALIGN_TOP_LEFT ? 0 : lk - lq;
+    int64_t koff = tm->key_offset;
+    int64_t total = tm->key_total ? tm->key_total : koff + lk;
+    int64_t ashift = (tm->align == MHA_ALIGN_TOP_LEFT ? 0 : total - lq) - koff;
     rb.softcap = tm->softcap;
     rb.alibi = tm->alibi_slopes ? tm->alibi_slopes +
                                       b * tm->alibi_stride_batch + h
@@ -355,7 +359,8 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
     rb.diag_lo = MK_NO_DIAG_LO;
     rb.diag_hi = MK_NO_DIAG_HI;
     if (m->causal != MHA_CAUSAL_NONE) {
-        int64_t shift = m->causal == MHA_CAUSAL_BOTTOM_RIGHT ? lk - lq : 0;
+        int64_t shift = (m->causal == MHA_CAUSAL_BOTTOM_RIGHT ? total - lq : 0) -
+                        koff;
         /* The last query sees the most keys; later key blocks are skipped.
          * Grouped rows share one query, so the limit alone is the mask. */
         int64_t last_query = s->grouped ? 0 : i + rb.rows - 1;
@@ -370,7 +375,7 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
      * stays far from overflow. Grouped rows share one query: the window
      * is then a key range, not a diagonal. */
     if (tm->window) {
-        int64_t most = lq + lk;
+        int64_t most = lq + total;
         int64_t left = tm->window_left > most ? -1 : tm->window_left;
         int64_t right = tm->window_right > most ? -1 : tm->window_right;
         int64_t pos = i + ashift; /* row 0's aligned position */

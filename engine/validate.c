@@ -294,7 +294,7 @@ static mha_status mha_check_mask_disjoint(const mha_mask *mask, int64_t batch,
 /* The score terms (docs/design.md, "Score terms"): every field, and the
  * arrays they point to against the outputs outs[0..n). */
 static mha_status check_terms(const mha_score_terms *t, int64_t batch,
-                              int64_t heads, const mha_span *outs,
+                              int64_t heads, int64_t lk, const mha_span *outs,
                               const char *const *out_names, int n,
                               mha_score_terms *copy)
 {
@@ -324,6 +324,19 @@ static mha_status check_terms(const mha_score_terms *t, int64_t batch,
     if (t->softcap < 0.0f)
         return mha_fail(MHA_ERR_BAD_ARGUMENT,
                         "terms.softcap (%g) is negative", (double)t->softcap);
+    /* Positions stay far from overflow: a quarter of the int64 range. */
+    const int64_t far = INT64_MAX / 4;
+    if (t->key_offset < 0 || t->key_offset > far)
+        return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                        "terms.key_offset (%lld) is outside [0, 2^61)",
+                        (long long)t->key_offset);
+    if (t->key_total != 0 &&
+        (t->key_total < t->key_offset + lk || t->key_total > far))
+        return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                        "terms.key_total (%lld) is below key_offset + Lk "
+                        "(%lld + %lld) or past 2^61",
+                        (long long)t->key_total, (long long)t->key_offset,
+                        (long long)lk);
     mha_span spans[2];
     const char *names[2];
     int ns = 0;
@@ -481,7 +494,7 @@ mha_status mha_check_outputs(const mha_views *views, mha_mask *mask,
         return st;
     const mha_span outs[3] = {ro, rw, rl};
     const char *const out_names[3] = {views->out_name, "weights", "lse"};
-    return check_terms(views->terms, B, H, outs, out_names, 3, terms);
+    return check_terms(views->terms, B, H, Lk, outs, out_names, 3, terms);
 }
 
 void mha_problem_init(mha_problem *p, const mha_tensor *q,
