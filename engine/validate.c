@@ -182,14 +182,16 @@ static mha_status check_mask_array(const void *data, const char *name,
     return MHA_OK;
 }
 
-/* A [rows, cols] array with a row stride (named <name>_stride_batch) and
- * contiguous columns: the stride's sign (status bad) and the byte span. */
+/* A [rows, cols] array (field name) with a row stride (field
+ * stride_name) and contiguous columns: the stride's sign (status bad) and
+ * the byte span. */
 static mha_status check_rows(const void *data, const char *name,
-                             int64_t stride, int64_t rows, int64_t cols,
-                             size_t elem, mha_status bad, mha_span *range)
+                             const char *stride_name, int64_t stride,
+                             int64_t rows, int64_t cols, size_t elem,
+                             mha_status bad, mha_span *range)
 {
     if (stride < 0)
-        return mha_fail(bad, "%s_stride_batch (%lld) is negative", name,
+        return mha_fail(bad, "%s (%lld) is negative", stride_name,
                         (long long)stride);
     const int64_t sizes[2] = {rows, cols}, strides[2] = {stride, 1};
     if (!extent_span(data, sizes, strides, 2, elem, range))
@@ -230,6 +232,7 @@ static mha_status mha_validate_mask(const mha_mask *mask, int64_t batch,
     }
     if (mask->key_keep) {
         mha_status st = check_rows(mask->key_keep, "mask.key_keep",
+                                   "mask.key_keep_stride_batch",
                                    mask->key_keep_stride_batch, batch, lk, 1,
                                    MHA_ERR_BAD_MASK, &r);
         if (st != MHA_OK)
@@ -342,8 +345,8 @@ static mha_status check_terms(const mha_score_terms *t, int64_t batch,
     int ns = 0;
     mha_status st;
     if (t->alibi_slopes) {
-        /* "terms.alibi" names terms.alibi_stride_batch too. */
-        if ((st = check_rows(t->alibi_slopes, "terms.alibi",
+        if ((st = check_rows(t->alibi_slopes, "terms.alibi_slopes",
+                             "terms.alibi_stride_batch",
                              t->alibi_stride_batch, batch, heads,
                              sizeof(float), MHA_ERR_BAD_ARGUMENT,
                              &spans[ns])) != MHA_OK)
@@ -360,7 +363,7 @@ static mha_status check_terms(const mha_score_terms *t, int64_t batch,
             }
     }
     if (t->sinks) {
-        if ((st = check_rows(t->sinks, "terms.sinks", 0, 1, heads,
+        if ((st = check_rows(t->sinks, "terms.sinks", "", 0, 1, heads,
                              sizeof(float), MHA_ERR_BAD_ARGUMENT,
                              &spans[ns])) != MHA_OK)
             return st;
