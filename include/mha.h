@@ -194,7 +194,10 @@ typedef struct mha_tensor {
  * (+-127, +-448, +-57344). NaN becomes 0 (int8, which has no NaN) or NaN
  * (fp8, sign kept); +-infinity saturates to +-127 and +-448 and stays
  * +-infinity in E5M2, which has one. Like every function, validates
- * everything before writing anything. Paged caches: a later form. */
+ * everything before writing anything. A paged cache (mha_paged_kv) is
+ * written block by block: dst a view of the block's slots [s0, s1)
+ * (data and scales.data at the block's slot s0), src the rows that go
+ * there. */
 MHA_API mha_status mha_quantize(const mha_tensor *src, const mha_tensor *dst,
                                 float *scales_out);
 
