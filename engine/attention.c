@@ -16,7 +16,14 @@ static mha_scratch thread_scratch(const mha_plan *pl, float *base, int tid)
     const mha_scratch_layout *l = &pl->thread;
     mha_scratch s = {f + l->s,  f + l->kp,    f + l->o,
                      f + l->m,  f + l->l,     f + l->alpha,
-                     f + l->l2, f + l->kw,    f + l->vw, NULL};
+                     f + l->l2, f + l->kw,    f + l->vw, NULL, NULL,
+                     NULL,      NULL,         NULL};
+    /* Row tables of decode_key_block pointers each, then the scales. */
+    int64_t n = pl->decode_key_block;
+    s.k_rows = (const void **)(f + l->rt);
+    s.v_rows = s.k_rows + n;
+    s.k_scales = (float *)(s.v_rows + n);
+    s.v_scales = s.k_scales + n;
     return s;
 }
 

@@ -18,6 +18,8 @@ typedef struct {
     int64_t kw;    /* a half-precision key block widened to fp32 */
     int64_t vw;    /* a half-precision value block widened to fp32, or with
                     * the head cache the head's values as fp32 rows */
+    int64_t rt;    /* decode over a paged cache: a key block's K and V row
+                    * tables, then their rows' scales */
     int64_t floats; /* the whole part */
 } mha_scratch_layout;
 
@@ -47,6 +49,7 @@ struct mha_plan {
                            heads */
     int cache_heads;    /* some sequence keeps heads (scratch for it) */
     int any_prefill;    /* some sequence takes the prefill stream */
+    int any_decode;     /* some sequence takes the decode stream */
     int64_t group;      /* query heads per kv head */
     int64_t rows;       /* the most rows of a block over the sequences */
     int64_t units;      /* over the sequences: heads x row_blocks */
@@ -82,6 +85,8 @@ typedef struct {
 /* One thread's scratch, carved by the plan's layout. */
 typedef struct {
     float *s, *kp, *o, *m, *l, *alpha, *l2, *kw, *vw;
+    const void **k_rows, **v_rows; /* paged decode: row tables */
+    float *k_scales, *v_scales;    /* and the rows' scales */
     mha_head_cache *cache; /* NULL: pack every key block where it is used */
 } mha_scratch;
 

@@ -5,6 +5,48 @@
  * docs/design.md, "Data path of one call". */
 #include "attention.h"
 
+/* Rows [k0, k0 + nk) of the row block's K (value 0) or V head as the
+ * decode kernels take them: from a first row at the head's stride, or
+ * for a paged cache through a row table (in the thread's scratch, with
+ * the rows' scales gathered beside it), so one call covers the key block
+ * across its cache blocks and prefetches across them too. */
+typedef struct {
+    const char *first;
+    const void *const *rows;
+    const float *scales;
+    ptrdiff_t scales_ld;
+} kv_rows;
+
+static kv_rows rows_of(const mha_problem *p, const mha_row_block *rb,
+                       const mha_scratch *sc, int value, int64_t k0,
+                       int64_t nk)
+{
+    size_t es = mha_dtype_size(value ? p->v_dtype : p->k_dtype);
+    int64_t stride = value ? p->v_ss : p->k_ss;
+    int64_t sss = value ? p->v_scales.stride_seq : p->k_scales.stride_seq;
+    const float *head_scales = value ? rb->vs : rb->ks;
+    kv_rows kv = {(value ? rb->v : rb->k) + (size_t)(k0 * stride) * es, NULL,
+                  head_scales ? head_scales + k0 * sss : NULL, sss};
+    if (!rb->pages)
+        return kv;
+    const void **rows = value ? sc->v_rows : sc->k_rows;
+    float *scale = value ? sc->v_scales : sc->k_scales;
+    const float *sr = NULL;
+    for (int64_t j = 0, run; j < nk; j += run) {
+        const char *x;
+        run = mha_kv_run(p, rb, value, k0 + j, nk - j, &x, &sr);
+        for (int64_t r = 0; r < run; r++) {
+            rows[j + r] = x + (size_t)(r * stride) * es;
+            if (sr)
+                scale[j + r] = sr[r * sss];
+        }
+    }
+    kv.rows = rows;
+    kv.scales = sr ? scale : NULL;
+    kv.scales_ld = 1;
+    return kv;
+}
+
 void mha_decode_scores(const mk_table *t, const mha_problem *p,
                        const mha_plan *pl, const mha_row_block *rb,
                        const mha_scratch *sc, float *m, int64_t k0,
@@ -12,16 +54,10 @@ void mha_decode_scores(const mk_table *t, const mha_problem *p,
 {
     (void)pl;
     mk_mask mk = mha_block_mask(rb, k0, nk);
-    int64_t kss = p->k_scales.stride_seq;
-    /* One kernel call per run of rows at one stride (a paged cache's
-     * block), each filling its columns of the score tile. */
-    for (int64_t j = 0, run; j < nk; j += run) {
-        const char *k;
-        const float *ks;
-        run = mha_kv_run(p, rb, 0, k0 + j, nk - j, &k, &ks);
-        t->decode_qk(rb->q, rb->ldq, rb->rows, k, (mk_dtype)p->k_dtype,
-                     p->k_ss, ks, kss, run, p->d, sc->s + j, rb->key_block);
-    }
+    kv_rows k = rows_of(p, rb, sc, 0, k0, nk);
+    t->decode_qk(rb->q, rb->ldq, rb->rows, k.first, (mk_dtype)p->k_dtype,
+                 p->k_ss, k.rows, k.scales, k.scales_ld, nk, p->d, sc->s,
+                 rb->key_block);
     t->softmax_update(sc->s, rb->key_block, rb->rows, nk, p->scale, &mk, m,
                       row_sum, sc->alpha);
 }
@@ -35,16 +71,8 @@ void mha_decode_step(const mk_table *t, const mha_problem *p,
     mha_decode_scores(t, p, pl, rb, sc, m, k0, nk, rb->w ? sc->l2 : l);
     if (rb->w)
         t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, rb->w_ld);
-    int64_t vss = p->v_scales.stride_seq;
-    for (int64_t j = 0, run; j < nk; j += run) {
-        const char *v;
-        const float *vs;
-        run = mha_kv_run(p, rb, 1, k0 + j, nk - j, &v, &vs);
-        t->decode_pv(sc->s + j, bk, rb->rows, run, v, (mk_dtype)p->v_dtype,
-                     p->v_ss, vs, vss, p->dv, sc->alpha, o, p->dv);
-        /* The accumulator is rescaled once per block: later runs add. */
-        if (j == 0 && run < nk)
-            for (int64_t r = 0; r < rb->rows; r++)
-                sc->alpha[r] = 1.0f;
-    }
+    kv_rows v = rows_of(p, rb, sc, 1, k0, nk);
+    t->decode_pv(sc->s, bk, rb->rows, nk, v.first, (mk_dtype)p->v_dtype,
+                 p->v_ss, v.rows, v.scales, v.scales_ld, p->dv, sc->alpha, o,
+                 p->dv);
 }

@@ -54,7 +54,7 @@ static void cut_work(const mk_table *t, const mha_problem *p, mha_plan *pl)
     pl->group = p->heads / p->kv_heads;
     pl->units = 0;
     pl->rows = 0;
-    pl->any_prefill = 0;
+    pl->any_prefill = pl->any_decode = 0;
     int all_decode = 1;
     for (int64_t b = 0; b < p->batch; b++) {
         int64_t lq, lk;
@@ -66,6 +66,8 @@ static void cut_work(const mk_table *t, const mha_problem *p, mha_plan *pl)
             pl->rows = s.rows;
         if (s.units > 0 && !s.decode)
             pl->any_prefill = 1, all_decode = 0;
+        if (s.units > 0 && s.decode)
+            pl->any_decode = 1;
     }
     pl->chunks = 1;
     if (!p->weights && pl->units < SPLIT_TARGET_ITEMS) {
@@ -169,8 +171,11 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
     int64_t values = pl->cache_heads ? keys
                      : p->v_dtype != MHA_F32 || paged ? bk
                                                       : 0;
-    int64_t part[9] = {0};
-    enum { S, KP, O, M, L, ALPHA, L2, KW, VW };
+    int64_t part[10] = {0};
+    enum { S, KP, O, M, L, ALPHA, L2, KW, VW, RT };
+    if (paged && pl->any_decode)
+        part[RT] = pl->decode_key_block *
+                   (int64_t)(2 * sizeof(void *) / sizeof(float) + 2);
     /* Decode blocks of <= MK_DECODE_ROWS rows and decode_key_block keys
      * fit the block_q x block_k score tile too. */
     if (!mha_mul_ok(bq, bk, &part[S]) ||
@@ -183,11 +188,12 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
           !mha_mul_ok(bk, p->d, &part[KW])) ||
          !mha_mul_ok(values, p->dv, &part[VW])))
         return 0;
-    int64_t *off[9] = {&pl->thread.s,  &pl->thread.kp,    &pl->thread.o,
-                       &pl->thread.m,  &pl->thread.l,     &pl->thread.alpha,
-                       &pl->thread.l2, &pl->thread.kw,    &pl->thread.vw};
+    int64_t *off[10] = {&pl->thread.s,  &pl->thread.kp, &pl->thread.o,
+                        &pl->thread.m,  &pl->thread.l,  &pl->thread.alpha,
+                        &pl->thread.l2, &pl->thread.kw, &pl->thread.vw,
+                        &pl->thread.rt};
     int64_t at = 0;
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < 10; i++) {
         if (part[i] > INT64_MAX - 16)
             return 0;
         *off[i] = at;
@@ -330,8 +336,12 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
 
     /* Score terms (docs/design.md, "Score terms"). Grouped rows are heads
      * at one query: slopes and sinks step by head, the position not. */
+    /* Positions: key j is key_offset + j of key_total keys (a shard); in
+     * the block's key indices every position moves by -key_offset. */
     const mha_score_terms *tm = &p->terms;
-    int64_t ashift = tm->align == MHA_ALIGN_TOP_LEFT ? 0 : lk - lq;
+    int64_t koff = tm->key_offset;
+    int64_t total = tm->key_total ? tm->key_total : koff + lk;
+    int64_t ashift = (tm->align == MHA_ALIGN_TOP_LEFT ? 0 : total - lq) - koff;
     rb.softcap = tm->softcap;
     rb.alibi = tm->alibi_slopes ? tm->alibi_slopes +
                                       b * tm->alibi_stride_batch + h
@@ -349,7 +359,8 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
     rb.diag_lo = MK_NO_DIAG_LO;
     rb.diag_hi = MK_NO_DIAG_HI;
     if (m->causal != MHA_CAUSAL_NONE) {
-        int64_t shift = m->causal == MHA_CAUSAL_BOTTOM_RIGHT ? lk - lq : 0;
+        int64_t shift = (m->causal == MHA_CAUSAL_BOTTOM_RIGHT ? total - lq : 0) -
+                        koff;
         /* The last query sees the most keys; later key blocks are skipped.
          * Grouped rows share one query, so the limit alone is the mask. */
         int64_t last_query = s->grouped ? 0 : i + rb.rows - 1;
@@ -364,7 +375,7 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
      * stays far from overflow. Grouped rows share one query: the window
      * is then a key range, not a diagonal. */
     if (tm->window) {
-        int64_t most = lq + lk;
+        int64_t most = lq + total;
         int64_t left = tm->window_left > most ? -1 : tm->window_left;
         int64_t right = tm->window_right > most ? -1 : tm->window_right;
         int64_t pos = i + ashift; /* row 0's aligned position */

@@ -182,14 +182,16 @@ static mha_status check_mask_array(const void *data, const char *name,
     return MHA_OK;
 }
 
-/* A [rows, cols] array with a row stride (named <name>_stride_batch) and
- * contiguous columns: the stride's sign (status bad) and the byte span. */
+/* A [rows, cols] array (field name) with a row stride (field
+ * stride_name) and contiguous columns: the stride's sign (status bad) and
+ * the byte span. */
 static mha_status check_rows(const void *data, const char *name,
-                             int64_t stride, int64_t rows, int64_t cols,
-                             size_t elem, mha_status bad, mha_span *range)
+                             const char *stride_name, int64_t stride,
+                             int64_t rows, int64_t cols, size_t elem,
+                             mha_status bad, mha_span *range)
 {
     if (stride < 0)
-        return mha_fail(bad, "%s_stride_batch (%lld) is negative", name,
+        return mha_fail(bad, "%s (%lld) is negative", stride_name,
                         (long long)stride);
     const int64_t sizes[2] = {rows, cols}, strides[2] = {stride, 1};
     if (!extent_span(data, sizes, strides, 2, elem, range))
@@ -230,6 +232,7 @@ static mha_status mha_validate_mask(const mha_mask *mask, int64_t batch,
     }
     if (mask->key_keep) {
         mha_status st = check_rows(mask->key_keep, "mask.key_keep",
+                                   "mask.key_keep_stride_batch",
                                    mask->key_keep_stride_batch, batch, lk, 1,
                                    MHA_ERR_BAD_MASK, &r);
         if (st != MHA_OK)
@@ -294,7 +297,7 @@ static mha_status mha_check_mask_disjoint(const mha_mask *mask, int64_t batch,
 /* The score terms (docs/design.md, "Score terms"): every field, and the
  * arrays they point to against the outputs outs[0..n). */
 static mha_status check_terms(const mha_score_terms *t, int64_t batch,
-                              int64_t heads, const mha_span *outs,
+                              int64_t heads, int64_t lk, const mha_span *outs,
                               const char *const *out_names, int n,
                               mha_score_terms *copy)
 {
@@ -324,13 +327,26 @@ static mha_status check_terms(const mha_score_terms *t, int64_t batch,
     if (t->softcap < 0.0f)
         return mha_fail(MHA_ERR_BAD_ARGUMENT,
                         "terms.softcap (%g) is negative", (double)t->softcap);
+    /* Positions stay far from overflow: a quarter of the int64 range. */
+    const int64_t far = INT64_MAX / 4;
+    if (t->key_offset < 0 || t->key_offset > far)
+        return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                        "terms.key_offset (%lld) is outside [0, 2^61)",
+                        (long long)t->key_offset);
+    if (t->key_total != 0 &&
+        (t->key_total < t->key_offset + lk || t->key_total > far))
+        return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                        "terms.key_total (%lld) is below key_offset + Lk "
+                        "(%lld + %lld) or past 2^61",
+                        (long long)t->key_total, (long long)t->key_offset,
+                        (long long)lk);
     mha_span spans[2];
     const char *names[2];
     int ns = 0;
     mha_status st;
     if (t->alibi_slopes) {
-        /* "terms.alibi" names terms.alibi_stride_batch too. */
-        if ((st = check_rows(t->alibi_slopes, "terms.alibi",
+        if ((st = check_rows(t->alibi_slopes, "terms.alibi_slopes",
+                             "terms.alibi_stride_batch",
                              t->alibi_stride_batch, batch, heads,
                              sizeof(float), MHA_ERR_BAD_ARGUMENT,
                              &spans[ns])) != MHA_OK)
@@ -347,7 +363,7 @@ static mha_status check_terms(const mha_score_terms *t, int64_t batch,
             }
     }
     if (t->sinks) {
-        if ((st = check_rows(t->sinks, "terms.sinks", 0, 1, heads,
+        if ((st = check_rows(t->sinks, "terms.sinks", "", 0, 1, heads,
                              sizeof(float), MHA_ERR_BAD_ARGUMENT,
                              &spans[ns])) != MHA_OK)
             return st;
@@ -481,7 +497,7 @@ mha_status mha_check_outputs(const mha_views *views, mha_mask *mask,
         return st;
     const mha_span outs[3] = {ro, rw, rl};
     const char *const out_names[3] = {views->out_name, "weights", "lse"};
-    return check_terms(views->terms, B, H, outs, out_names, 3, terms);
+    return check_terms(views->terms, B, H, Lk, outs, out_names, 3, terms);
 }
 
 void mha_problem_init(mha_problem *p, const mha_tensor *q,

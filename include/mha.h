@@ -194,7 +194,10 @@ typedef struct mha_tensor {
  * (+-127, +-448, +-57344). NaN becomes 0 (int8, which has no NaN) or NaN
  * (fp8, sign kept); +-infinity saturates to +-127 and +-448 and stays
  * +-infinity in E5M2, which has one. Like every function, validates
- * everything before writing anything. Paged caches: a later form. */
+ * everything before writing anything. A paged cache (mha_paged_kv) is
+ * written block by block: dst a view of the block's slots [s0, s1)
+ * (data and scales.data at the block's slot s0), src the rows that go
+ * there. */
 MHA_API mha_status mha_quantize(const mha_tensor *src, const mha_tensor *dst,
                                 float *scales_out);
 
@@ -287,6 +290,16 @@ typedef struct mha_score_terms {
                                      one [H] row for every batch) or NULL */
     int64_t alibi_stride_batch;
     const float *sinks;           /* [H] sink logits, or NULL */
+    /* The call's keys as a shard of a longer sequence (sequence-parallel
+     * attention, a cache split into parts): its key j is position
+     * key_offset + j of a sequence of key_total keys (0: key_offset + Lk,
+     * per sequence for mha_attention_varlen). The causal mask, the window
+     * and ALiBi measure these positions, and bottom-right alignment is to
+     * key_total: query i sits at i + key_total - Lq and sees key j when
+     * key_offset + j <= i + key_total - Lq. Both 0: the keys are the whole
+     * sequence. key_offset >= 0; key_total 0 or >= key_offset + Lk. */
+    int64_t key_offset;
+    int64_t key_total;
 } mha_score_terms;
 
 /* ------------------------------------------------------------------ */

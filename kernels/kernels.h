@@ -213,9 +213,11 @@ typedef void mk_normalize_fn(const float *o, ptrdiff_t ldo, int64_t m,
                              ptrdiff_t ldout);
 /* Decode (m <= MK_DECODE_ROWS query rows). decode_qk: s[i][j] = sk_j *
  * sum_p q[i][p] * K[j][p], unscaled by the softmax scale, with key j's row
- * at k + j * ldk elements of type kt. decode_pv: o[i][c] = alpha[i] *
- * o[i][c] + sum_j (p[i][j] * sv_j) * V[j][c], c < dv, value rows at
- * v + j * ldv elements of type vt. K[j][p] and V[j][c] are the exact
+ * at k + j * ldk elements of type kt, or at k_rows[j] when the row
+ * table k_rows is given (a paged cache's rows; k and ldk are then unused).
+ * decode_pv: o[i][c] = alpha[i] * o[i][c] + sum_j (p[i][j] * sv_j) *
+ * V[j][c], c < dv, value rows at v + j * ldv elements of type vt, or at
+ * v_rows[j]; alpha NULL adds to o unscaled. K[j][p] and V[j][c] are the exact
  * values of their codes; sk_j = ks[j * ks_ld] (sv_j = vs[j * vs_ld]) is
  * the row's scale when the dtype is scaled (mk_dtype_scaled; ks_ld 0
  * broadcasts one scale), and ks is NULL and sk_j = 1 (no multiply) when it
@@ -224,13 +226,24 @@ typedef void mk_normalize_fn(const float *o, ptrdiff_t ldo, int64_t m,
  * prefetch rows they will read later, never past row n - 1. */
 typedef void mk_decode_qk_fn(const float *q, ptrdiff_t ldq, int64_t m,
                              const void *k, mk_dtype kt, ptrdiff_t ldk,
-                             const float *ks, ptrdiff_t ks_ld, int64_t n,
-                             int64_t d, float *s, ptrdiff_t lds);
+                             const void *const *k_rows, const float *ks,
+                             ptrdiff_t ks_ld, int64_t n, int64_t d, float *s,
+                             ptrdiff_t lds);
 typedef void mk_decode_pv_fn(const float *p, ptrdiff_t ldp, int64_t m,
                              int64_t n, const void *v, mk_dtype vt,
-                             ptrdiff_t ldv, const float *vs, ptrdiff_t vs_ld,
-                             int64_t dv, const float *alpha, float *o,
-                             ptrdiff_t ldo);
+                             ptrdiff_t ldv, const void *const *v_rows,
+                             const float *vs, ptrdiff_t vs_ld, int64_t dv,
+                             const float *alpha, float *o, ptrdiff_t ldo);
+
+/* Row j of a decode operand: rows[j] with a row table, else j rows of ld
+ * elements of es bytes past base. */
+static inline const char *mk_decode_row(const void *base, ptrdiff_t ld,
+                                        const void *const *rows, size_t es,
+                                        int64_t j)
+{
+    return rows ? (const char *)rows[j]
+                : (const char *)base + (size_t)(j * ld) * es;
+}
 /* Widens n elements of one dtype to fp32 exactly (NaN stays NaN); a scaled
  * dtype's codes widen to their unscaled values (the engine applies the
  * row's scale). */

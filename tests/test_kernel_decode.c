@@ -141,7 +141,32 @@ typedef struct decode_call {
     const float *sc; /* their scales (quantised types), row j at j * sc_ld */
     ptrdiff_t sc_ld;
     const float *alpha, *o0; /* decode_pv: alpha and o's first value */
+    /* The scattered variant: the rows through a row table, each row an
+     * allocation of its own; decode_pv with alpha NULL and o0 scaled by
+     * alpha beforehand. */
+    const void *const *rows;
 } decode_call;
+
+/* The call's K/V rows each copied into an exactly sized allocation of its
+ * own (ASan reports a read past a row), as a row table. */
+static const void **scatter_rows(const decode_call *c)
+{
+    size_t es = mk_dtype_size(c->t), bytes = (size_t)c->w * es;
+    const void **rows = test_alloc((size_t)(c->n + 1) * sizeof *rows);
+    for (int64_t j = 0; j < c->n; j++) {
+        void *row = test_alloc(bytes ? bytes : 1);
+        memcpy(row, (const char *)c->kv + (size_t)(j * c->ldkv) * es, bytes);
+        rows[j] = row;
+    }
+    return rows;
+}
+
+static void free_rows(const void **rows, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++)
+        free((void *)rows[j]);
+    free(rows);
+}
 
 /* Each table's result of run (m x n at stride ld) against want and, for a
  * table other than generic, generic's. e->shape names the case. */
@@ -157,6 +182,18 @@ static void check_tables(const table_set *ts, expect *e,
         float *out = out_buffer((size_t)(m * ld));
         run(call, &ts->t[x], out, ld);
         expect_both(e, x == 0, out, gen, m, n, ld, want, mag, NULL);
+        /* The same rows through a row table: bitwise the strided result
+         * (sentinels included). */
+        decode_call scattered = *call;
+        const void **rows = scatter_rows(call);
+        scattered.rows = rows;
+        float *via = out_buffer((size_t)(m * ld));
+        run(&scattered, &ts->t[x], via, ld);
+        REQUIRE(memcmp(via, out, (size_t)(m * ld) * sizeof *out) == 0,
+                "%s [%s] %s: the row-table call differs from the strided "
+                "one", e->kernel, e->isa, e->shape);
+        free(via);
+        free_rows(rows, call->n);
         if (x == 0)
             gen = out;
         else
@@ -168,8 +205,9 @@ static void check_tables(const table_set *ts, expect *e,
 static void run_decode_qk(const decode_call *c, const mk_table *t, float *s,
                           ptrdiff_t lds)
 {
-    t->decode_qk(c->a, c->lda, c->m, c->kv, c->t, c->ldkv, c->sc, c->sc_ld,
-                 c->n, c->w, s, lds);
+    t->decode_qk(c->a, c->lda, c->m, c->rows ? NULL : c->kv, c->t,
+                 c->rows ? 0 : c->ldkv, c->rows, c->sc, c->sc_ld, c->n, c->w,
+                 s, lds);
 }
 
 /* The query stride is padded, or 0 (one row for all) in some cases. */
@@ -190,7 +228,8 @@ static void decode_qk_case(const table_set *ts, mk_dtype t, int64_t m,
              "%s m %lld n %lld d %lld ldq %td ldk %td lds %td ldsc %td",
              DTYPE_NAME[t], (long long)m, (long long)n, (long long)d, ldq,
              ldk, lds, sc ? ldsc : (ptrdiff_t)-1);
-    decode_call call = {t, m, n, d, q, ldq, k, ldk, sc, ldsc, NULL, NULL};
+    decode_call call = {t, m, n, d, q, ldq, k, ldk, sc, ldsc, NULL, NULL,
+                        NULL};
     check_tables(ts, &e, run_decode_qk, &call, m, n, lds, want, mag);
     free(q), free(kd), free(k), free(want), free(mag), free(sc);
 }
@@ -220,9 +259,12 @@ static void run_decode_pv(const decode_call *c, const mk_table *t, float *o,
                           ptrdiff_t ldo)
 {
     for (int64_t i = 0; i < c->m; i++)
-        memcpy(&o[i * ldo], &c->o0[i * ldo], (size_t)c->w * sizeof *o);
-    t->decode_pv(c->a, c->lda, c->m, c->n, c->kv, c->t, c->ldkv, c->sc,
-                 c->sc_ld, c->w, c->alpha, o, ldo);
+        for (int64_t x = 0; x < c->w; x++)
+            o[i * ldo + x] = c->rows ? c->o0[i * ldo + x] * c->alpha[i]
+                                     : c->o0[i * ldo + x];
+    t->decode_pv(c->a, c->lda, c->m, c->n, c->rows ? NULL : c->kv, c->t,
+                 c->rows ? 0 : c->ldkv, c->rows, c->sc, c->sc_ld, c->w,
+                 c->rows ? NULL : c->alpha, o, ldo);
 }
 
 static void decode_pv_case(const table_set *ts, mk_dtype t, int64_t m,
@@ -244,7 +286,8 @@ static void decode_pv_case(const table_set *ts, mk_dtype t, int64_t m,
              "%s m %lld n %lld dv %lld ldp %td ldv %td ldo %td ldsc %td",
              DTYPE_NAME[t], (long long)m, (long long)n, (long long)dv, ldp,
              ldv, ldo, sc ? ldsc : (ptrdiff_t)-1);
-    decode_call call = {t, m, n, dv, p, ldp, v, ldv, sc, ldsc, alpha, o0};
+    decode_call call = {t, m, n, dv, p, ldp, v, ldv, sc, ldsc, alpha, o0,
+                        NULL};
     check_tables(ts, &e, run_decode_pv, &call, m, dv, ldo, want, mag);
     free(p), free(vd), free(v), free(alpha), free(o0), free(want), free(mag);
     free(sc);
@@ -328,9 +371,9 @@ static void decode_qk_same(const same_ctx *cx, test_rng *r)
     char *k = random_rows(r, cx->t, n, d, ldk, NULL, NULL, 0);
     float *all = test_alloc((size_t)(m * n) * sizeof *all);
     float *one = test_alloc((size_t)n * sizeof *one);
-    cx->tb->decode_qk(q, ldq, m, k, cx->t, ldk, sc, 1, n, d, all, n);
+    cx->tb->decode_qk(q, ldq, m, k, cx->t, ldk, NULL, sc, 1, n, d, all, n);
     for (int64_t i = 0; i < m; i++) {
-        cx->tb->decode_qk(q + i * ldq, ldq, 1, k, cx->t, ldk, sc, 1, n, d,
+        cx->tb->decode_qk(q + i * ldq, ldq, 1, k, cx->t, ldk, NULL, sc, 1, n, d,
                           one, n);
         for (int64_t j = 0; j < n; j++)
             expect_same_score(cx, one[j], all[i * n + j], i, j, "with m 1");
@@ -339,11 +382,11 @@ static void decode_qk_same(const same_ctx *cx, test_rng *r)
         float col[MK_DECODE_ROWS], lone;
         const char *row = k + (size_t)(j * ldk) * es;
         const float *sj = sc ? sc + j : NULL;
-        cx->tb->decode_qk(q, ldq, m, row, cx->t, ldk, sj, 1, 1, d, col, 1);
+        cx->tb->decode_qk(q, ldq, m, row, cx->t, ldk, NULL, sj, 1, 1, d, col, 1);
         for (int64_t i = 0; i < m; i++)
             expect_same_score(cx, col[i], all[i * n + j], i, j, "with n 1");
         int64_t i = j % m;
-        cx->tb->decode_qk(q + i * ldq, ldq, 1, row, cx->t, ldk, sj, 1, 1, d,
+        cx->tb->decode_qk(q + i * ldq, ldq, 1, row, cx->t, ldk, NULL, sj, 1, 1, d,
                           &lone, 1);
         expect_same_score(cx, lone, all[i * n + j], i, j, "with m = n = 1");
     }
@@ -379,12 +422,12 @@ static void decode_pv_same(const same_ctx *cx, test_rng *r)
     float *all = test_alloc(no * sizeof *all);
     float *o = test_alloc(no * sizeof *o);
     memcpy(all, o0, no * sizeof *o0);
-    cx->tb->decode_pv(p, n, m, n, v, cx->t, ldv, sc, 1, dv, alpha, all, ldo);
+    cx->tb->decode_pv(p, n, m, n, v, cx->t, ldv, NULL, sc, 1, dv, alpha, all, ldo);
 
     /* Each row alone. */
     memcpy(o, o0, no * sizeof *o0);
     for (int64_t i = 0; i < m; i++)
-        cx->tb->decode_pv(p + i * n, n, 1, n, v, cx->t, ldv, sc, 1, dv,
+        cx->tb->decode_pv(p + i * n, n, 1, n, v, cx->t, ldv, NULL, sc, 1, dv,
                           alpha + i, o + i * ldo, ldo);
     expect_same_rows(cx, "row by row", o, all, m, 0, dv, ldo);
 
@@ -395,7 +438,7 @@ static void decode_pv_same(const same_ctx *cx, test_rng *r)
         if (c0 >= dv)
             break;
         memcpy(o, o0, no * sizeof *o0);
-        cx->tb->decode_pv(p, n, m, n, v + (size_t)c0 * es, cx->t, ldv, sc, 1,
+        cx->tb->decode_pv(p, n, m, n, v + (size_t)c0 * es, cx->t, ldv, NULL, sc, 1,
                           dv - c0, alpha, o + c0, ldo);
         char how[64];
         snprintf(how, sizeof how, "from column %lld on", (long long)c0);
@@ -411,12 +454,12 @@ static void decode_pv_same(const same_ctx *cx, test_rng *r)
     for (int64_t i = 0; i < m; i++)
         sparse[i * n + keys[i]] = 0.25f + fabsf(rng_uniform(r)) / 2;
     memcpy(all, o0, no * sizeof *o0);
-    cx->tb->decode_pv(sparse, n, m, n, v, cx->t, ldv, sc, 1, dv, alpha, all,
+    cx->tb->decode_pv(sparse, n, m, n, v, cx->t, ldv, NULL, sc, 1, dv, alpha, all,
                       ldo);
     memcpy(o, o0, no * sizeof *o0);
     for (int64_t i = 0; i < m; i++)
         cx->tb->decode_pv(&sparse[i * n + keys[i]], 1, 1, 1,
-                          v + (size_t)(keys[i] * ldv) * es, cx->t, ldv,
+                          v + (size_t)(keys[i] * ldv) * es, cx->t, ldv, NULL,
                           sc ? sc + keys[i] : NULL, 1, dv, alpha + i,
                           o + i * ldo, ldo);
     expect_same_rows(cx, "with its one key alone", o, all, m, 0, dv, ldo);

@@ -358,15 +358,26 @@ END_TEST
 /* Keys split into n parts (uneven), each part's (out, lse), merged: equal
  * to one call over all keys within the fp32 tolerance (out and lse), on
  * every ISA. Part 0 holds the sinks; a part batch 1 sees none of. */
-static void merge_parts(int n, mha_dtype kt)
+/* With positional: the parts are shards of one sequence (terms.key_offset
+ * and key_total), under a bottom-right causal mask, a window and ALiBi,
+ * which must see the global positions for the merge to equal one call. */
+static void merge_parts(int n, mha_dtype kt, int positional)
 {
     enum { BB = 2, HH = 4, HKV = 2, LQ = 9, LK = 300, DD = 16, DV = 8 };
     const float sinks[HH] = {0.0f, 1.0f, -2.0f, 4.0f};
+    const float slopes[HH] = {0.5f, 0.25f, 0.125f, 0.0625f};
     uint8_t key_keep[BB * LK];
     for (int j = 0; j < BB * LK; j++)
         key_keep[j] = !(j >= LK + 40 && j < LK + 110) && j % 11 != 5;
     mha_mask mask = {.key_keep = key_keep, .key_keep_stride_batch = LK};
     mha_score_terms terms = {.sinks = sinks};
+    if (positional) {
+        mask.causal = MHA_CAUSAL_BOTTOM_RIGHT;
+        terms.window = 1;
+        terms.window_left = 150;
+        terms.window_right = -1;
+        terms.alibi_slopes = slopes;
+    }
     tdesc c = {.b = BB, .h = HH, .hkv = HKV, .lq = LQ, .lk = LK, .d = DD,
                .dv = DV, .kt = kt, .vt = kt, .mask = &mask, .terms = &terms};
     tbufs whole;
@@ -400,7 +411,12 @@ static void merge_parts(int n, mha_dtype kt)
             a.v.data = (char *)whole.v + (size_t)(cut[p] * a.v.stride_seq) * es;
             a.k.seq = a.v.seq = len;
             a.mask = &pm;
-            a.terms = p == 0 ? &terms : &none;
+            /* The sink joins one part only: the merge counts it once. */
+            mha_score_terms shard = terms;
+            shard.sinks = p == 0 ? sinks : NULL;
+            shard.key_offset = cut[p];
+            shard.key_total = LK;
+            a.terms = positional ? &shard : p == 0 ? &terms : &none;
             a.out = mha_tensor_bshd(outs + p * no, BB, LQ, HH, DV);
             a.lse = lses + p * nl;
             a.weights = NULL;
@@ -416,8 +432,8 @@ static void merge_parts(int n, mha_dtype kt)
         ck_assert_msg(mha_merge_states(&m) == MHA_OK, "merge: %s",
                       mha_last_error());
         char what[64];
-        snprintf(what, sizeof what, "merge of %d parts, %s", n,
-                 mha_dtype_name(kt));
+        snprintf(what, sizeof what, "merge of %d %sparts, %s", n,
+                 positional ? "positioned " : "", mha_dtype_name(kt));
         const char *isa = mha_isa_name(isas[x]);
         for (size_t i = 0; i < no; i++)
             REQUIRE(fabsf(out[i] - whole.out[i]) <=
@@ -442,7 +458,8 @@ START_TEST(merge_1_2_5)
     const mha_dtype dts[3] = {MHA_F32, MHA_F16, MHA_BF16};
     for (int i = 0; i < 3; i++)
         for (int t = 0; t < 3; t++)
-            merge_parts(ns[i], dts[t]);
+            for (int positional = 0; positional < 2; positional++)
+                merge_parts(ns[i], dts[t], positional);
 }
 END_TEST
 

@@ -145,16 +145,17 @@ INLINE void dot_rows(int R, const float *q, ptrdiff_t ldq, const void *row,
 
 INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                       const void *k, mk_dtype t, ptrdiff_t ldk,
-                      const float *ks, ptrdiff_t ks_ld, int64_t n, int64_t d,
+                      const void *const *k_rows, const float *ks, ptrdiff_t ks_ld, int64_t n, int64_t d,
                       float *s, ptrdiff_t lds)
 {
     const size_t es = mk_dtype_size(t), row_bytes = (size_t)d * es;
     const int64_t ahead = AHEAD;
     for (int64_t j = 0; j < n; j++) {
-        const char *row = (const char *)k + (size_t)(j * ldk) * es;
+        const char *row = mk_decode_row(k, ldk, k_rows, es, j);
         const float sc = mk_dtype_scaled(t) ? ks[j * ks_ld] : 1.0f;
         if (j + ahead < n)
-            prefetch_row(row + (size_t)(ahead * ldk) * es, row_bytes);
+            prefetch_row(mk_decode_row(k, ldk, k_rows, es, j + ahead),
+                         row_bytes);
         for (int64_t i = 0; i < m; i += 4) {
             const float *qi = q + i * ldq;
             float *si = s + i * lds + j;
@@ -170,12 +171,14 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
 
 void mk_avx2_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                        const void *k, mk_dtype kt, ptrdiff_t ldk,
-                       const float *ks, ptrdiff_t ks_ld, int64_t n, int64_t d,
-                       float *s, ptrdiff_t lds)
+                       const void *const *k_rows, const float *ks,
+                       ptrdiff_t ks_ld, int64_t n, int64_t d, float *s,
+                       ptrdiff_t lds)
 {
     assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && d >= 0);
     assert(!mk_dtype_scaled(kt) == !ks && ks_ld >= 0);
-#define DECODE_QK(T) decode_qk(q, ldq, m, k, T, ldk, ks, ks_ld, n, d, s, lds)
+#define DECODE_QK(T)                                                      \
+    decode_qk(q, ldq, m, k, T, ldk, k_rows, ks, ks_ld, n, d, s, lds)
     MK_FOR_DTYPE(kt, DECODE_QK)
 #undef DECODE_QK
 }
@@ -186,14 +189,15 @@ enum { KEYS = 8 };
 
 INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                       const void *v, mk_dtype t, ptrdiff_t ldv,
-                      const float *vs, ptrdiff_t vs_ld, int64_t dv,
-                      const float *alpha, float *o, ptrdiff_t ldo)
+                      const void *const *v_rows, const float *vs,
+                      ptrdiff_t vs_ld, int64_t dv, const float *alpha,
+                      float *o, ptrdiff_t ldo)
 {
     const size_t es = mk_dtype_size(t), row_bytes = (size_t)dv * es;
     const int64_t ahead = AHEAD;
     const int64_t full = dv / 8 * 8;
     const __m256i tail = lanes(dv - full);
-    for (int64_t i = 0; i < m; i++) {
+    for (int64_t i = 0; alpha && i < m; i++) {
         float *oi = o + i * ldo;
         __m256 a = _mm256_set1_ps(alpha[i]);
         for (int64_t c = 0; c < full; c += 8)
@@ -205,10 +209,12 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     }
     for (int64_t j0 = 0; j0 < n; j0 += KEYS) {
         const int64_t nj = n - j0 < KEYS ? n - j0 : KEYS;
-        const char *rows = (const char *)v + (size_t)(j0 * ldv) * es;
-        const size_t step = (size_t)ldv * es;
+        const char *rows[KEYS];
+        for (int64_t jj = 0; jj < nj; jj++)
+            rows[jj] = mk_decode_row(v, ldv, v_rows, es, j0 + jj);
         for (int64_t jj = ahead; jj < ahead + nj && j0 + jj < n; jj++)
-            prefetch_row(rows + jj * step, row_bytes);
+            prefetch_row(mk_decode_row(v, ldv, v_rows, es, j0 + jj),
+                         row_bytes);
         for (int64_t i = 0; i < m; i++) {
             const float *pi = p + i * ldp + j0;
             float *oi = o + i * ldo;
@@ -224,7 +230,7 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                 __m256 acc = _mm256_loadu_ps(oi + c);
                 for (int64_t jj = 0; jj < nj; jj++)
                     acc = _mm256_fmadd_ps(_mm256_broadcast_ss(pi + jj),
-                                          load8(rows + jj * step, t, c), acc);
+                                          load8(rows[jj], t, c), acc);
                 _mm256_storeu_ps(oi + c, acc);
             }
             if (full < dv) {
@@ -232,7 +238,7 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                 for (int64_t jj = 0; jj < nj; jj++)
                     acc = _mm256_fmadd_ps(
                         _mm256_broadcast_ss(pi + jj),
-                        load_tail(rows + jj * step, t, full, dv - full), acc);
+                        load_tail(rows[jj], t, full, dv - full), acc);
                 _mm256_maskstore_ps(oi + full, tail, acc);
             }
         }
@@ -241,13 +247,14 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
 
 void mk_avx2_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                        const void *v, mk_dtype vt, ptrdiff_t ldv,
-                       const float *vs, ptrdiff_t vs_ld, int64_t dv,
-                       const float *alpha, float *o, ptrdiff_t ldo)
+                       const void *const *v_rows, const float *vs,
+                       ptrdiff_t vs_ld, int64_t dv, const float *alpha,
+                       float *o, ptrdiff_t ldo)
 {
     assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && dv >= 0);
     assert(!mk_dtype_scaled(vt) == !vs && vs_ld >= 0);
 #define DECODE_PV(T)                                                      \
-    decode_pv(p, ldp, m, n, v, T, ldv, vs, vs_ld, dv, alpha, o, ldo)
+    decode_pv(p, ldp, m, n, v, T, ldv, v_rows, vs, vs_ld, dv, alpha, o, ldo)
     MK_FOR_DTYPE(vt, DECODE_PV)
 #undef DECODE_PV
 }

@@ -40,19 +40,21 @@ enum { AHEAD = 32 };
 #if defined(__GNUC__)
 __attribute__((always_inline))
 #endif
-static inline void prefetch_row(const void *base, ptrdiff_t ld, size_t es,
-                         int64_t j, int64_t n, int64_t width)
+static inline void prefetch_row(const void *base, ptrdiff_t ld,
+                                const void *const *rows, size_t es,
+                                int64_t j, int64_t n, int64_t width)
 {
 #if defined(__GNUC__)
     if (j >= n)
         return;
-    const char *row = (const char *)base + (size_t)(j * ld) * es;
+    const char *row = mk_decode_row(base, ld, rows, es, j);
     size_t bytes = (size_t)width * es;
     for (size_t off = 0; off < bytes; off += 64)
         __builtin_prefetch(row + off, 0, 2);
     __builtin_prefetch(row + bytes - 1, 0, 2);
 #else
-    (void)base, (void)ld, (void)es, (void)j, (void)n, (void)width;
+    (void)base, (void)ld, (void)rows, (void)es, (void)j, (void)n,
+        (void)width;
 #endif
 }
 
@@ -81,14 +83,15 @@ static float dot(const float *q, const void *row, mk_dtype t, int64_t d)
 
 void mk_generic_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                           const void *k, mk_dtype kt, ptrdiff_t ldk,
-                          const float *ks, ptrdiff_t ks_ld, int64_t n,
-                          int64_t d, float *s, ptrdiff_t lds)
+                          const void *const *k_rows, const float *ks,
+                          ptrdiff_t ks_ld, int64_t n, int64_t d, float *s,
+                          ptrdiff_t lds)
 {
     assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && d >= 0);
     assert(!mk_dtype_scaled(kt) == !ks && ks_ld >= 0);
     for (int64_t j = 0; j < n; j++) {
-        const char *row = (const char *)k + (size_t)(j * ldk) * mk_dtype_size(kt);
-        prefetch_row(k, ldk, mk_dtype_size(kt), j + AHEAD, n, d);
+        const char *row = mk_decode_row(k, ldk, k_rows, mk_dtype_size(kt), j);
+        prefetch_row(k, ldk, k_rows, mk_dtype_size(kt), j + AHEAD, n, d);
         for (int64_t i = 0; i < m; i++) {
             float x = dot(q + i * ldq, row, kt, d);
             s[i * lds + j] = ks ? x * ks[j * ks_ld] : x;
@@ -98,18 +101,19 @@ void mk_generic_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
 
 void mk_generic_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                           const void *v, mk_dtype vt, ptrdiff_t ldv,
-                          const float *vs, ptrdiff_t vs_ld, int64_t dv,
+                          const void *const *v_rows, const float *vs,
+                          ptrdiff_t vs_ld, int64_t dv,
                           const float *alpha, float *o, ptrdiff_t ldo)
 {
     assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && dv >= 0);
     assert(!mk_dtype_scaled(vt) == !vs && vs_ld >= 0);
     float vb[CHUNK];
-    for (int64_t i = 0; i < m; i++)
+    for (int64_t i = 0; alpha && i < m; i++)
         for (int64_t c = 0; c < dv; c++)
             o[i * ldo + c] *= alpha[i];
     for (int64_t j = 0; j < n; j++) {
-        const char *row = (const char *)v + (size_t)(j * ldv) * mk_dtype_size(vt);
-        prefetch_row(v, ldv, mk_dtype_size(vt), j + AHEAD, n, dv);
+        const char *row = mk_decode_row(v, ldv, v_rows, mk_dtype_size(vt), j);
+        prefetch_row(v, ldv, v_rows, mk_dtype_size(vt), j + AHEAD, n, dv);
         for (int64_t c = 0; c < dv; c += CHUNK) {
             int64_t w = dv - c < CHUNK ? dv - c : CHUNK;
             const float *vr = widen(row, vt, c, w, vb);

@@ -97,13 +97,15 @@ INLINE int64_t prefetch_distance(size_t row_bytes)
 /* Every cache line of rows [j, j + KEYS) ∩ [0, n) of a row array (row r at
  * base + r * ld_bytes, row_bytes long). A broadcast array (ld 0) is the row
  * in use: nothing to fetch. */
-INLINE void prefetch_rows(const char *base, size_t ld_bytes, int64_t j,
-                          int64_t n, size_t row_bytes)
+INLINE void prefetch_rows(const char *base, size_t ld_bytes,
+                          const void *const *rows, int64_t j, int64_t n,
+                          size_t row_bytes)
 {
-    if (ld_bytes == 0)
+    if (ld_bytes == 0 && !rows)
         return;
     for (int64_t r = j; r < j + KEYS && r < n; r++) {
-        const char *row = base + (size_t)r * ld_bytes;
+        const char *row = rows ? (const char *)rows[r]
+                               : base + (size_t)r * ld_bytes;
         for (size_t off = 0; off < row_bytes; off += 64)
             __builtin_prefetch(row + off);
         __builtin_prefetch(row + row_bytes - 1);
@@ -157,7 +159,7 @@ INLINE void qk_tile(const float *q, ptrdiff_t ldq, int64_t rows,
 
 INLINE void qk_typed(const float *q, ptrdiff_t ldq, int64_t m,
                      const char *k, mk_dtype t, ptrdiff_t ldk,
-                     const float *ks, ptrdiff_t ks_ld, int64_t n, int64_t d,
+                     const void *const *k_rows, const float *ks, ptrdiff_t ks_ld, int64_t n, int64_t d,
                      float *s, ptrdiff_t lds)
 {
     const size_t ld_bytes = (size_t)ldk * mk_dtype_size(t);
@@ -168,11 +170,12 @@ INLINE void qk_typed(const float *q, ptrdiff_t ldq, int64_t m,
         const char *kr[KEYS];
         float sc[KEYS] = {0};
         for (int x = 0; x < KEYS; x++)
-            kr[x] = k + (size_t)(j0 + (x < nk ? x : nk - 1)) * ld_bytes;
+            kr[x] = mk_decode_row(k, ldk, k_rows, mk_dtype_size(t),
+                                  j0 + (x < nk ? x : nk - 1));
         if (mk_dtype_scaled(t))
             for (int x = 0; x < nk; x++)
                 sc[x] = ks[(j0 + x) * ks_ld];
-        prefetch_rows(k, ld_bytes, j0 + ahead, n, row_bytes);
+        prefetch_rows(k, ld_bytes, k_rows, j0 + ahead, n, row_bytes);
         int64_t i = 0;
         for (; m - i >= 3; i += 4) /* 3 rows take a 4-row tile */
             qk_tile(q + i * ldq, ldq, m - i < 4 ? m - i : 4, kr, sc, nk, t, d,
@@ -188,15 +191,17 @@ INLINE void qk_typed(const float *q, ptrdiff_t ldq, int64_t m,
 
 void mk_neon_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                        const void *k, mk_dtype kt, ptrdiff_t ldk,
-                       const float *ks, ptrdiff_t ks_ld, int64_t n, int64_t d,
-                       float *s, ptrdiff_t lds)
+                       const void *const *k_rows, const float *ks,
+                       ptrdiff_t ks_ld, int64_t n, int64_t d, float *s,
+                       ptrdiff_t lds)
 {
     assert(!mk_dtype_scaled(kt) == !ks && ks_ld >= 0);
     assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && d >= 0);
     assert(ldq >= 0 && ldk >= 0 && (m <= 1 || lds >= n));
     if (m == 0 || n == 0)
         return;
-#define QK_TYPED(T) qk_typed(q, ldq, m, k, T, ldk, ks, ks_ld, n, d, s, lds)
+#define QK_TYPED(T)                                                       \
+    qk_typed(q, ldq, m, k, T, ldk, k_rows, ks, ks_ld, n, d, s, lds)
     MK_FOR_DTYPE(kt, QK_TYPED)
 #undef QK_TYPED
 }
@@ -256,7 +261,7 @@ INLINE const float *scaled_probs(const float *p, ptrdiff_t ldp, int64_t m,
 
 INLINE void pv_typed(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                      const char *v, mk_dtype t, ptrdiff_t ldv,
-                     const float *vs, ptrdiff_t vs_ld, int64_t dv, float *o,
+                     const void *const *v_rows, const float *vs, ptrdiff_t vs_ld, int64_t dv, float *o,
                      ptrdiff_t ldo)
 {
     float cf[MK_DECODE_ROWS * KEYS];
@@ -267,8 +272,8 @@ INLINE void pv_typed(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     for (; j0 + KEYS <= n; j0 += KEYS) {
         const char *vr[KEYS];
         for (int x = 0; x < KEYS; x++)
-            vr[x] = v + (size_t)(j0 + x) * ld_bytes;
-        prefetch_rows(v, ld_bytes, j0 + ahead, n, row_bytes);
+            vr[x] = mk_decode_row(v, ldv, v_rows, mk_dtype_size(t), j0 + x);
+        prefetch_rows(v, ld_bytes, v_rows, j0 + ahead, n, row_bytes);
         if (mk_dtype_scaled(t))
             pv_keys(scaled_probs(p, ldp, m, t, vs, vs_ld, j0, KEYS, cf), KEYS,
                     m, vr, t, dv, o, ldo, KEYS);
@@ -276,7 +281,8 @@ INLINE void pv_typed(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
             pv_keys(p + j0, ldp, m, vr, t, dv, o, ldo, KEYS);
     }
     for (; j0 < n; j0++) {
-        const char *vr[KEYS] = {v + (size_t)j0 * ld_bytes};
+        const char *vr[KEYS] = {
+            mk_decode_row(v, ldv, v_rows, mk_dtype_size(t), j0)};
         if (mk_dtype_scaled(t))
             pv_keys(scaled_probs(p, ldp, m, t, vs, vs_ld, j0, 1, cf), KEYS, m,
                     vr, t, dv, o, ldo, 1);
@@ -287,13 +293,14 @@ INLINE void pv_typed(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
 
 void mk_neon_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                        const void *v, mk_dtype vt, ptrdiff_t ldv,
-                       const float *vs, ptrdiff_t vs_ld, int64_t dv,
-                       const float *alpha, float *o, ptrdiff_t ldo)
+                       const void *const *v_rows, const float *vs,
+                       ptrdiff_t vs_ld, int64_t dv, const float *alpha,
+                       float *o, ptrdiff_t ldo)
 {
     assert(!mk_dtype_scaled(vt) == !vs && vs_ld >= 0);
     assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && dv >= 0);
     assert(ldp >= 0 && ldv >= 0 && (m <= 1 || ldo >= dv));
-    for (int64_t i = 0; i < m; i++) {
+    for (int64_t i = 0; alpha && i < m; i++) {
         float *orow = o + i * ldo;
         int64_t c = 0;
         for (; c + 4 <= dv; c += 4)
@@ -303,7 +310,8 @@ void mk_neon_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     }
     if (m == 0 || n == 0)
         return;
-#define PV_TYPED(T) pv_typed(p, ldp, m, n, v, T, ldv, vs, vs_ld, dv, o, ldo)
+#define PV_TYPED(T)                                                       \
+    pv_typed(p, ldp, m, n, v, T, ldv, v_rows, vs, vs_ld, dv, o, ldo)
     MK_FOR_DTYPE(vt, PV_TYPED)
 #undef PV_TYPED
 }

@@ -14,14 +14,17 @@ static void *oracle_alloc(size_t count, size_t size)
     return p;
 }
 
-int oracle_hidden(const mha_mask *mask, int64_t b, int64_t h, int64_t i,
-                  int64_t j, int64_t lq, int64_t lk)
+/* Key j sits at position koff + j of total keys (terms.key_offset and
+ * key_total: a shard of a longer sequence); the causal mask compares
+ * positions, the other masks index the call's keys. */
+static int hidden_at(const mha_mask *mask, int64_t b, int64_t h, int64_t i,
+                     int64_t j, int64_t lq, int64_t koff, int64_t total)
 {
     if (!mask)
         return 0;
-    if (mask->causal == MHA_CAUSAL_TOP_LEFT && j > i)
+    if (mask->causal == MHA_CAUSAL_TOP_LEFT && koff + j > i)
         return 1;
-    if (mask->causal == MHA_CAUSAL_BOTTOM_RIGHT && j > i + lk - lq)
+    if (mask->causal == MHA_CAUSAL_BOTTOM_RIGHT && koff + j > i + total - lq)
         return 1;
     if (mask->key_lengths && j >= mask->key_lengths[b])
         return 1;
@@ -36,6 +39,12 @@ int oracle_hidden(const mha_mask *mask, int64_t b, int64_t h, int64_t i,
     return 0;
 }
 
+int oracle_hidden(const mha_mask *mask, int64_t b, int64_t h, int64_t i,
+                  int64_t j, int64_t lq, int64_t lk)
+{
+    return hidden_at(mask, b, h, i, j, lq, 0, lk);
+}
+
 static double bias_at(const mha_mask *mask, int64_t b, int64_t h, int64_t i,
                       int64_t j)
 {
@@ -46,22 +55,38 @@ static double bias_at(const mha_mask *mask, int64_t b, int64_t h, int64_t i,
                       i * mask->bias_stride_query + j];
 }
 
-/* i', the aligned position of query i. */
+/* i', the aligned position of query i among total key positions. */
 static int64_t aligned(const mha_score_terms *terms, int64_t i, int64_t lq,
-                       int64_t lk)
+                       int64_t total)
 {
-    return terms->align == MHA_ALIGN_TOP_LEFT ? i : i + lk - lq;
+    return terms->align == MHA_ALIGN_TOP_LEFT ? i : i + total - lq;
+}
+
+/* The full sequence's key count: key_total, or the shard's end. */
+static int64_t total_keys(const mha_score_terms *terms, int64_t lk)
+{
+    if (!terms)
+        return lk;
+    return terms->key_total ? terms->key_total : terms->key_offset + lk;
+}
+
+/* j here is a key position (key_offset + the call's index). */
+static int outside_at(const mha_score_terms *terms, int64_t i, int64_t j,
+                      int64_t lq, int64_t total)
+{
+    if (!terms || !terms->window)
+        return 0;
+    int64_t ip = aligned(terms, i, lq, total);
+    if (terms->window_left >= 0 && j < ip - terms->window_left)
+        return 1;
+    return terms->window_right >= 0 && j > ip + terms->window_right;
 }
 
 int oracle_outside_window(const mha_score_terms *terms, int64_t i,
                           int64_t j, int64_t lq, int64_t lk)
 {
-    if (!terms || !terms->window)
-        return 0;
-    int64_t ip = aligned(terms, i, lq, lk);
-    if (terms->window_left >= 0 && j < ip - terms->window_left)
-        return 1;
-    return terms->window_right >= 0 && j > ip + terms->window_right;
+    int64_t koff = terms ? terms->key_offset : 0;
+    return outside_at(terms, i, koff + j, lq, total_keys(terms, lk));
 }
 
 void oracle_sdpa(const oracle_dims *dims, const double *q, const double *k,
@@ -81,6 +106,8 @@ void oracle_sdpa_terms(const oracle_dims *dims, const double *q,
     const int64_t H = dims->heads, Hkv = dims->kv_heads;
     const int64_t d = dims->d, dv = dims->dv;
     const int64_t group = H / Hkv;
+    const int64_t koff = terms ? terms->key_offset : 0;
+    const int64_t total = total_keys(terms, Lk);
     double *s = oracle_alloc((size_t)(Lq * Lk), sizeof *s);
 
     for (int64_t b = 0; b < B; b++) {
@@ -104,11 +131,11 @@ void oracle_sdpa_terms(const oracle_dims *dims, const double *q,
                             terms->alibi_slopes[b * terms->alibi_stride_batch +
                                                 h];
                         x += -slope *
-                             (double)(aligned(terms, i, Lq, Lk) - j);
+                             (double)(aligned(terms, i, Lq, total) - (koff + j));
                     }
                     x += bias_at(mask, b, h, i, j);
-                    if (oracle_hidden(mask, b, h, i, j, Lq, Lk) ||
-                        oracle_outside_window(terms, i, j, Lq, Lk))
+                    if (hidden_at(mask, b, h, i, j, Lq, koff, total) ||
+                        outside_at(terms, i, koff + j, Lq, total))
                         x = -INFINITY;
                     s[i * Lk + j] = x;
                 }
