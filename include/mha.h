@@ -376,7 +376,10 @@ typedef struct mha_paged_kv {
  *     paged->seqlens[b].
  * Any K/V dtype of mha_attention; q and out fp32. An empty sequence
  * (lq_b = 0) writes nothing; a sequence with no keys (lk_b = 0) gets zero
- * rows (and lse -inf, or the sink), as a fully masked row does.
+ * rows (and lse -inf, or the sink), as a fully masked row does. Tensor
+ * sizes stay positive, so a packed batch has at least one query row and
+ * (packed keys) one key row in all; a paged batch may have no keys at
+ * all.
  *
  * Outputs in the same packed form: weights (optional) holds, sequence
  * after sequence, each sequence's [H, lq_b, lk_b] probabilities

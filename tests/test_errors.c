@@ -147,6 +147,16 @@ static void slope_stride_neg(attn_call *c)
     use_terms(c, (mha_score_terms){.alibi_slopes = bad_slopes,
                                    .alibi_stride_batch = -1});
 }
+static void key_offset_neg(attn_call *c)
+{
+    use_terms(c, (mha_score_terms){.key_offset = -1});
+}
+static void key_total_short(attn_call *c)
+{
+    /* Below key_offset + Lk: the shard would end past the sequence. */
+    use_terms(c, (mha_score_terms){.key_offset = 3,
+                                   .key_total = 3 + c->f->args.k.seq - 1});
+}
 static void sink_nan(attn_call *c)
 {
     for (int h = 0; h < H; h++)
@@ -304,6 +314,10 @@ static const attn_bad BAD[] = {
      {{0}}, slope_inf},
     {{"terms.alibi_stride_batch -1", MHA_ERR_BAD_ARGUMENT,
       "terms.alibi_stride_batch"}, {{0}}, slope_stride_neg},
+    {{"terms.key_offset -1", MHA_ERR_BAD_ARGUMENT, "terms.key_offset"},
+     {{0}}, key_offset_neg},
+    {{"terms.key_total below key_offset + Lk", MHA_ERR_BAD_ARGUMENT,
+      "terms.key_total"}, {{0}}, key_total_short},
     {{"terms.sinks NaN", MHA_ERR_BAD_ARGUMENT, "terms.sinks"}, {{0}},
      sink_nan},
     {{"terms.sinks inside out", MHA_ERR_BAD_ARGUMENT, "terms.sinks"}, {{0}},
@@ -727,6 +741,43 @@ START_TEST(layer_forward_bad_input)
 }
 END_TEST
 
+/* Averaged weights ([B, Lq, Lk], mha_layer_forward_ex) are checked
+ * against the mask arrays like per-head weights: a keep array inside them
+ * is refused before anything is written. */
+START_TEST(layer_average_weights_overlap_mask)
+{
+    mha_isa isas[TEST_MAX_ISAS];
+    int n_isa = available_isas(isas);
+    const size_t arena_bytes = (2 * L_NQ + 2 * L_NK) * sizeof(float);
+    for (int t = 0; t < n_isa; t++) {
+        layer_fixture f;
+        layer_fixture_init(&f);
+        mha_engine *engine = make_engine(isas[t], 2);
+        mha_layer *layer;
+        ck_assert_int_eq(mha_layer_create(engine, &f.desc, &layer), MHA_OK);
+        fill_sentinel(f.out, L_NQ);
+        fill_sentinel(f.w, L_NW);
+        f.mask.keep = (const uint8_t *)(f.w + 1);
+        f.mask.keep_stride_query = LLK;
+        mha_layer_args a = {.query = f.query, .key = f.key, .value = f.value,
+                            .out = f.out, .batch = LB, .lq = LLQ,
+                            .lk = LLK, .mask = &f.mask, .weights = f.w,
+                            .average_weights = 1};
+        unsigned char *before = test_alloc(arena_bytes);
+        memcpy(before, f.arena, arena_bytes);
+        const char *primed = prime_message();
+        expectation e = {"averaged weights over mask.keep", MHA_ERR_BAD_MASK,
+                         "weights"};
+        expect_rejected(mha_layer_forward_ex(layer, &a), &e, isas[t], primed,
+                        before, f.arena, arena_bytes, f.w, L_NW);
+        free(before);
+        mha_layer_destroy(layer);
+        mha_engine_destroy(engine);
+        layer_fixture_free(&f);
+    }
+}
+END_TEST
+
 Suite *suite_errors(void)
 {
     Suite *s = suite_create("errors");
@@ -739,6 +790,7 @@ Suite *suite_errors(void)
     tcase_add_test(tc, last_error_is_per_thread);
     tcase_add_loop_test(tc, layer_create_bad_input, 0, N_LAYER_CREATE_BAD);
     tcase_add_loop_test(tc, layer_forward_bad_input, 0, N_LAYER_FORWARD_BAD);
+    tcase_add_test(tc, layer_average_weights_overlap_mask);
     errors_add_allocation_tests(tc);
     errors_add_varlen_tests(tc);
     suite_add_tcase(s, tc);
