@@ -709,34 +709,64 @@ static const forward_bad LAYER_FORWARD_BAD[] = {
 #define N_LAYER_FORWARD_BAD \
     ((int)(sizeof LAYER_FORWARD_BAD / sizeof LAYER_FORWARD_BAD[0]))
 
+/* A layer call a row breaks: the fixture, its engine and layer, and the
+ * arena as it was before the call. */
+typedef struct layer_case {
+    layer_fixture f;
+    mha_engine *engine;
+    mha_layer *layer;
+    unsigned char *before;
+    const char *primed;
+} layer_case;
+
+#define LAYER_ARENA_BYTES ((2 * L_NQ + 2 * L_NK) * sizeof(float))
+
+static void layer_case_open(layer_case *c, mha_isa isa)
+{
+    layer_fixture_init(&c->f);
+    c->engine = make_engine(isa, 2);
+    ck_assert_int_eq(mha_layer_create(c->engine, &c->f.desc, &c->layer),
+                     MHA_OK);
+}
+
+/* After the row's changes, just before the call: sentinels, the arena's
+ * bytes, a primed message. */
+static void layer_case_snap(layer_case *c)
+{
+    fill_sentinel(c->f.out, L_NQ);
+    fill_sentinel(c->f.w, L_NW);
+    c->before = test_alloc(LAYER_ARENA_BYTES);
+    memcpy(c->before, c->f.arena, LAYER_ARENA_BYTES);
+    c->primed = prime_message();
+}
+
+static void layer_case_close(layer_case *c, mha_status st,
+                             const expectation *e, mha_isa isa)
+{
+    expect_rejected(st, e, isa, c->primed, c->before, c->f.arena,
+                    LAYER_ARENA_BYTES, c->f.w, L_NW);
+    free(c->before);
+    mha_layer_destroy(c->layer);
+    mha_engine_destroy(c->engine);
+    layer_fixture_free(&c->f);
+}
+
 START_TEST(layer_forward_bad_input)
 {
     const forward_bad *bad = &LAYER_FORWARD_BAD[_i];
     mha_isa isas[TEST_MAX_ISAS];
     int n_isa = available_isas(isas);
-    const size_t arena_bytes = (2 * L_NQ + 2 * L_NK) * sizeof(float);
     for (int t = 0; t < n_isa; t++) {
-        layer_fixture f;
-        layer_fixture_init(&f);
-        mha_engine *engine = make_engine(isas[t], 2);
-        mha_layer *layer;
-        ck_assert_int_eq(mha_layer_create(engine, &f.desc, &layer), MHA_OK);
-        forward_call c = {&f, layer, f.query, f.key, f.value, f.out,
+        layer_case lc;
+        layer_case_open(&lc, isas[t]);
+        layer_fixture *f = &lc.f;
+        forward_call c = {f, lc.layer, f->query, f->key, f->value, f->out,
                           LB, LLQ, LLK, {1, 1, 0, 1}};
         bad->fn(&c);
-        fill_sentinel(f.out, L_NQ);
-        fill_sentinel(f.w, L_NW);
-        unsigned char *before = test_alloc(arena_bytes);
-        memcpy(before, f.arena, arena_bytes);
-        const char *primed = prime_message();
+        layer_case_snap(&lc);
         mha_status st = mha_layer_forward(c.layer, c.q, c.k, c.v, c.b, c.lq,
-                                          c.lk, &f.mask, c.out, f.w);
-        expect_rejected(st, &bad->e, isas[t], primed, before, f.arena,
-                        arena_bytes, f.w, L_NW);
-        free(before);
-        mha_layer_destroy(layer);
-        mha_engine_destroy(engine);
-        layer_fixture_free(&f);
+                                          c.lk, &f->mask, c.out, f->w);
+        layer_case_close(&lc, st, &bad->e, isas[t]);
     }
 }
 END_TEST
@@ -748,32 +778,20 @@ START_TEST(layer_average_weights_overlap_mask)
 {
     mha_isa isas[TEST_MAX_ISAS];
     int n_isa = available_isas(isas);
-    const size_t arena_bytes = (2 * L_NQ + 2 * L_NK) * sizeof(float);
+    const expectation e = {"averaged weights over mask.keep",
+                           MHA_ERR_BAD_MASK, "weights"};
     for (int t = 0; t < n_isa; t++) {
-        layer_fixture f;
-        layer_fixture_init(&f);
-        mha_engine *engine = make_engine(isas[t], 2);
-        mha_layer *layer;
-        ck_assert_int_eq(mha_layer_create(engine, &f.desc, &layer), MHA_OK);
-        fill_sentinel(f.out, L_NQ);
-        fill_sentinel(f.w, L_NW);
-        f.mask.keep = (const uint8_t *)(f.w + 1);
-        f.mask.keep_stride_query = LLK;
-        mha_layer_args a = {.query = f.query, .key = f.key, .value = f.value,
-                            .out = f.out, .batch = LB, .lq = LLQ,
-                            .lk = LLK, .mask = &f.mask, .weights = f.w,
-                            .average_weights = 1};
-        unsigned char *before = test_alloc(arena_bytes);
-        memcpy(before, f.arena, arena_bytes);
-        const char *primed = prime_message();
-        expectation e = {"averaged weights over mask.keep", MHA_ERR_BAD_MASK,
-                         "weights"};
-        expect_rejected(mha_layer_forward_ex(layer, &a), &e, isas[t], primed,
-                        before, f.arena, arena_bytes, f.w, L_NW);
-        free(before);
-        mha_layer_destroy(layer);
-        mha_engine_destroy(engine);
-        layer_fixture_free(&f);
+        layer_case lc;
+        layer_case_open(&lc, isas[t]);
+        layer_fixture *f = &lc.f;
+        f->mask.keep = (const uint8_t *)(f->w + 1);
+        f->mask.keep_stride_query = LLK;
+        mha_layer_args a = {.query = f->query, .key = f->key,
+                            .value = f->value, .out = f->out, .batch = LB,
+                            .lq = LLQ, .lk = LLK, .mask = &f->mask,
+                            .weights = f->w, .average_weights = 1};
+        layer_case_snap(&lc);
+        layer_case_close(&lc, mha_layer_forward_ex(lc.layer, &a), &e, isas[t]);
     }
 }
 END_TEST
