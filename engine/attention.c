@@ -67,19 +67,28 @@ static void stream_keys(const mk_table *t, const mha_problem *p,
                    (size_t)(lk - k_end) * sizeof(float));
 }
 
-/* The unit and key chunk of work item it: a sequence's items follow its
- * units, or (key_major) its chunks, each across the sequence's units. */
-static void item_of(const mha_problem *p, const mha_plan *pl,
-                    const mha_seq *seqs, int64_t it, int64_t *unit,
-                    int64_t *chunk)
+/* The sequence, unit and key chunk of work item it: a sequence's items
+ * follow its units, or (key_major) its chunks, each across its units. */
+static const mha_seq *item_of(const mha_problem *p, const mha_seq *seqs,
+                              int64_t it, int64_t *unit, int64_t *chunk)
 {
-    *unit = it / pl->chunks, *chunk = it % pl->chunks;
-    if (pl->key_major) {
-        const mha_seq *s = &seqs[mha_seq_of_unit(seqs, p->batch, *unit)];
-        int64_t at = it - s->unit0 * pl->chunks;
+    const mha_seq *s = &seqs[mha_seq_of_item(seqs, p->batch, it)];
+    int64_t at = it - s->item0;
+    if (s->key_major) {
         *chunk = at / s->units;
         *unit = s->unit0 + at % s->units;
+    } else {
+        *unit = s->unit0 + at / s->chunks;
+        *chunk = at % s->chunks;
     }
+    return s;
+}
+
+/* A split unit's partials: its chunks', one after another. */
+static float *unit_partials(const mha_seq *s, float *partials, int64_t unit)
+{
+    return partials + s->part0 +
+           (unit - s->unit0) * s->chunks * s->partial_floats;
 }
 
 void mha_attention_run(const mk_table *t, const mha_problem *p,
@@ -88,47 +97,52 @@ void mha_attention_run(const mk_table *t, const mha_problem *p,
     float *partials = scratch_mem;
     mha_seq *seqs = (mha_seq *)((char *)scratch_mem + pl->seq_offset);
     mha_seqs_fill(t, p, pl, seqs);
-    float *thread_mem = pl->chunks > 1 ? partials + pl->items * pl->partial_floats
-                                       : partials;
+    mha_task *tasks = (mha_task *)((char *)scratch_mem + pl->task_offset);
+    int64_t ntasks = mha_tasks_fill(p, pl, seqs,
+                                    (mha_seq_order *)(seqs + p->batch), tasks);
+    float *thread_mem = partials + pl->part_floats;
 #pragma omp parallel num_threads(pl->nthreads) if (pl->nthreads > 1)
     {
         mha_scratch sc = thread_scratch(pl, thread_mem, omp_get_thread_num());
         mha_head_cache cache = {-1, 0, 0, -1, 0, 0};
-#pragma omp for schedule(dynamic, pl->grab)
-        for (int64_t it = 0; it < pl->items; it++) {
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < ntasks; task++)
+        for (int64_t it = tasks[task].first;
+             it < tasks[task].first + tasks[task].count; it++) {
             int64_t unit, c;
-            item_of(p, pl, seqs, it, &unit, &c);
+            const mha_seq *s = item_of(p, seqs, it, &unit, &c);
             mha_row_block rb = mha_row_block_of(p, pl, seqs, unit);
-            sc.cache = seqs[mha_seq_of_unit(seqs, p->batch, unit)].cache
-                           ? &cache
-                           : NULL;
+            sc.cache = s->cache ? &cache : NULL;
             /* Key blocks start at multiples of block_k (the head cache
              * finds a block's panels there); the tile mask hides the keys
              * of the first block before key_begin. */
             int64_t first = rb.key_begin / t->block_k * t->block_k;
-            if (pl->chunks == 1) {
+            if (s->chunks == 1) {
                 stream_keys(t, p, pl, &rb, &sc, first, rb.key_end, 1, sc.o,
                             sc.m, sc.l);
                 mha_finish_rows(t, p, &rb, sc.o, sc.m, sc.l);
                 continue;
             }
             /* Chunk c covers keys [k0, k1) of the unit's visible range. */
-            int64_t k0 = c * pl->chunk_len, k1 = k0 + pl->chunk_len;
+            int64_t k0 = c * s->chunk_len, k1 = k0 + s->chunk_len;
             if (k0 < first)
                 k0 = first < k1 ? first : k1;
             if (k1 > rb.key_end)
                 k1 = rb.key_end > k0 ? rb.key_end : k0;
-            float *part = partials + (unit * pl->chunks + c) * pl->partial_floats;
-            float *o = part, *m = o + pl->rows * p->dv, *l = m + pl->rows;
+            float *part = unit_partials(s, partials, unit) +
+                          c * s->partial_floats;
+            float *o = part, *m = o + s->rows * p->dv, *l = m + s->rows;
             /* The sink joins chunk 0 only: the merge counts it once. */
             stream_keys(t, p, pl, &rb, &sc, k0, k1, c == 0, o, m, l);
         }
-        if (pl->chunks > 1) {
+        if (pl->part_floats > 0) {
 #pragma omp for schedule(dynamic, 1)
             for (int64_t u = 0; u < pl->units; u++) {
+                const mha_seq *s = &seqs[mha_seq_of_unit(seqs, p->batch, u)];
+                if (s->chunks == 1)
+                    continue;
                 mha_row_block rb = mha_row_block_of(p, pl, seqs, u);
-                mha_merge_chunks(t, p, pl, &rb,
-                                 partials + u * pl->chunks * pl->partial_floats);
+                mha_merge_chunks(t, p, s, &rb, unit_partials(s, partials, u));
             }
         }
     }

@@ -36,6 +36,12 @@ typedef struct {
     int64_t w_off;        /* floats from weights to its [H, lq, lk] */
     int64_t lse_off, lse_sh; /* floats from lse to (head 0, row 0); head */
     int64_t unit0, units; /* its units: [unit0, unit0 + units) */
+    int64_t item0;        /* its first item (units x chunks of them) */
+    int64_t chunks;       /* key chunks per unit */
+    int64_t chunk_len;    /* keys per chunk, a multiple of block_k */
+    int64_t part0;        /* floats to its split partials (chunks > 1) */
+    int64_t partial_floats; /* one (unit, chunk) partial: rows x (dv + 2) */
+    int key_major;        /* items run chunk by chunk across its units */
     int64_t rows;         /* rows per block: block_q or fewer */
     int64_t row_blocks;   /* per head (or kv head when grouped) */
     int64_t key_block;    /* keys per block of its stream */
@@ -45,25 +51,32 @@ typedef struct {
 } mha_seq;
 
 struct mha_plan {
-    int key_major;      /* items run chunk by chunk across a sequence's
-                           heads */
     int cache_heads;    /* some sequence keeps heads (scratch for it) */
     int any_prefill;    /* some sequence takes the prefill stream */
     int any_decode;     /* some sequence takes the decode stream */
     int64_t group;      /* query heads per kv head */
-    int64_t rows;       /* the most rows of a block over the sequences */
     int64_t units;      /* over the sequences: heads x row_blocks */
-    int64_t chunks;     /* key chunks per unit */
-    int64_t chunk_len;  /* keys per chunk, a multiple of block_k */
     int64_t decode_key_block; /* keys per block of the decode stream */
-    int64_t items;      /* units x chunks */
-    int64_t grab;       /* items a thread takes at once */
-    int64_t partial_floats; /* one (unit, chunk) partial: rows x (dv+2) */
+    int64_t items;      /* over the sequences: units x chunks */
+    int64_t part_floats; /* split partials of every split sequence */
+    int64_t tasks_max;  /* tasks at most: one per item */
     int nthreads;
     mha_scratch_layout thread;
     size_t seq_offset;  /* bytes to the sequence table (run fills it) */
-    size_t bytes; /* partials, nthreads thread parts, the sequences */
+    size_t task_offset; /* bytes to the task list (run fills it) */
+    size_t bytes; /* partials, nthreads thread parts, the sequences, the
+                     tasks and the sequence order */
 };
+
+/* What a thread takes at once: items [first, first + count). */
+typedef struct {
+    int64_t first, count;
+} mha_task;
+
+/* A sequence and its cost, for ordering the tasks. */
+typedef struct {
+    int64_t cost, seq;
+} mha_seq_order;
 
 /* plan.c: the plan of a validated problem on an engine (p's pointers are
  * not read). MHA_ERR_OVERFLOW (with message) when the scratch does not
@@ -142,6 +155,12 @@ typedef struct {
 void mha_seqs_fill(const mk_table *t, const mha_problem *p,
                    const mha_plan *pl, mha_seq *seqs);
 int64_t mha_seq_of_unit(const mha_seq *seqs, int64_t n, int64_t unit);
+int64_t mha_seq_of_item(const mha_seq *seqs, int64_t n, int64_t item);
+/* The task list (docs/design.md, "Threading and determinism"): returns
+ * how many tasks it wrote; order is scratch of p->batch entries. */
+int64_t mha_tasks_fill(const mha_problem *p, const mha_plan *pl,
+                       const mha_seq *seqs, mha_seq_order *order,
+                       mha_task *tasks);
 mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
                                const mha_seq *seqs, int64_t unit);
 /* The longest run of K (value 0) or V rows [j, j + n) of a row block that
@@ -172,7 +191,7 @@ mha_step_fn mha_prefill_step, mha_decode_step;
 /* merge.c: combines the chunks' partials of one row block in chunk order
  * and writes the normalised rows (and their lse). */
 void mha_merge_chunks(const mk_table *t, const mha_problem *p,
-                      const mha_plan *pl, const mha_row_block *rb,
+                      const mha_seq *s, const mha_row_block *rb,
                       float *parts);
 /* merge.c: writes a row block's normalised rows from its accumulator o
  * (row stride dv), and with an lse output each row's m + log(l). */

@@ -49,13 +49,13 @@ void mha_finish_rows(const mk_table *t, const mha_problem *p,
 /* Each partial holds rows x dv accumulator, then rows maxima, then rows
  * sums; the first partial is the state the others fold into. */
 void mha_merge_chunks(const mk_table *t, const mha_problem *p,
-                      const mha_plan *pl, const mha_row_block *rb,
+                      const mha_seq *s, const mha_row_block *rb,
                       float *parts)
 {
-    int64_t dv = p->dv, stride = pl->partial_floats, rows = pl->rows;
+    int64_t dv = p->dv, stride = s->partial_floats, rows = s->rows;
     float *acc = parts, *macc = acc + rows * dv, *lacc = macc + rows;
     for (int64_t r = 0; r < rb->rows; r++)
-        for (int64_t c = 1; c < pl->chunks; c++) {
+        for (int64_t c = 1; c < s->chunks; c++) {
             const float *part = parts + c * stride;
             mha_merge_step(acc + r * dv, &macc[r], &lacc[r], part + r * dv,
                            part[rows * dv + r], part[rows * dv + rows + r],

@@ -3,6 +3,8 @@
  * results are bitwise the same on any number of threads), how each thread's
  * scratch is laid out, and the geometry of each item's row block.
  * docs/design.md, "Plan and scratch". */
+#include <stdlib.h>
+
 #include "attention.h"
 
 /* Split the keys until there are this many items (a fixed number, not the
@@ -47,72 +49,88 @@ static void seq_cut(const mk_table *t, const mha_problem *p, int64_t group,
     s->units = (s->grouped ? p->kv_heads : p->heads) * s->row_blocks;
 }
 
-/* Items: units of rows times key chunks, the units of every sequence one
- * after another. */
-static void cut_work(const mk_table *t, const mha_problem *p, mha_plan *pl)
+/* How a sequence's keys are cut into chunks (each unit's items), from
+ * the shape alone: split when the call has few units, or for decode over
+ * page-strided rows in short chunks taken across the sequence's heads. */
+static void seq_chunks(const mk_table *t, const mha_problem *p,
+                       int64_t units, int64_t lk, mha_seq *s)
+{
+    s->chunks = 1;
+    if (!p->weights && units < SPLIT_TARGET_ITEMS) {
+        int64_t want = units > 0 ? (SPLIT_TARGET_ITEMS + units - 1) / units
+                                 : 1;
+        int64_t most = lk / SPLIT_MIN_KEYS;
+        s->chunks = want < most ? want : most;
+        if (s->chunks < 1)
+            s->chunks = 1;
+    }
+    s->key_major = 0;
+    if (s->decode && !p->weights &&
+        p->k_ss >= (int64_t)(PAGE_BYTES / mha_dtype_size(p->k_dtype))) {
+        int64_t paged = (lk + PAGED_CHUNK_KEYS - 1) / PAGED_CHUNK_KEYS;
+        if (paged > s->chunks)
+            s->chunks = paged;
+        s->key_major = s->chunks > 1;
+    }
+    int64_t bk = t->block_k, n = lk > 0 ? lk : 1;
+    s->chunk_len = ((n + s->chunks - 1) / s->chunks + bk - 1) / bk * bk;
+    s->chunks = (n + s->chunk_len - 1) / s->chunk_len;
+    /* A thread keeps a whole head's packed keys when several query blocks
+     * read the same keys (memory stays O(Lk d) per thread). */
+    s->cache = s->chunks == 1 && s->row_blocks > 1 && !s->decode;
+    /* One (unit, chunk) partial: rows x dv accumulator, then rows maxima
+     * and rows sums; sized by the sequence's rows (a decode row block's
+     * are few, a prefill block's many). */
+    s->partial_floats = round_up16(s->rows * (p->dv + 2));
+}
+
+/* Items: each sequence's units times its key chunks, the sequences one
+ * after another. 0 when a count overflows. */
+static int cut_work(const mk_table *t, const mha_problem *p, mha_plan *pl)
 {
     pl->group = p->heads / p->kv_heads;
     pl->units = 0;
-    pl->rows = 0;
     pl->any_prefill = pl->any_decode = 0;
-    int all_decode = 1;
     for (int64_t b = 0; b < p->batch; b++) {
         int64_t lq, lk;
         mha_seq s;
         seq_lengths(p, b, &lq, &lk);
         seq_cut(t, p, pl->group, lq, &s);
-        pl->units += s.units;
-        if (s.rows > pl->rows)
-            pl->rows = s.rows;
+        pl->units += s.units; /* at most the q rows times H */
         if (s.units > 0 && !s.decode)
-            pl->any_prefill = 1, all_decode = 0;
+            pl->any_prefill = 1;
         if (s.units > 0 && s.decode)
             pl->any_decode = 1;
     }
-    pl->chunks = 1;
-    if (!p->weights && pl->units < SPLIT_TARGET_ITEMS) {
-        int64_t want = pl->units > 0
-                           ? (SPLIT_TARGET_ITEMS + pl->units - 1) / pl->units
-                           : 1;
-        int64_t most = p->lk / SPLIT_MIN_KEYS;
-        pl->chunks = want < most ? want : most;
-        if (pl->chunks < 1)
-            pl->chunks = 1;
+    pl->items = pl->part_floats = 0;
+    pl->cache_heads = 0;
+    for (int64_t b = 0; b < p->batch; b++) {
+        int64_t lq, lk;
+        mha_seq s;
+        seq_lengths(p, b, &lq, &lk);
+        seq_cut(t, p, pl->group, lq, &s);
+        seq_chunks(t, p, pl->units, lk, &s);
+        int64_t items, floats;
+        if (!mha_mul_ok(s.units, s.chunks, &items) ||
+            !mha_add_ok(pl->items, items, &pl->items) ||
+            !mha_mul_ok(items, s.partial_floats, &floats) ||
+            (s.chunks > 1 &&
+             !mha_add_ok(pl->part_floats, floats, &pl->part_floats)))
+            return 0;
+        pl->cache_heads |= s.cache;
     }
-    pl->key_major = 0;
-    if (all_decode && !p->weights &&
-        p->k_ss >= (int64_t)(PAGE_BYTES / mha_dtype_size(p->k_dtype))) {
-        int64_t paged = (p->lk + PAGED_CHUNK_KEYS - 1) / PAGED_CHUNK_KEYS;
-        if (paged > pl->chunks)
-            pl->chunks = paged;
-        pl->key_major = pl->chunks > 1;
-    }
-    int64_t bk = t->block_k, lk = p->lk > 0 ? p->lk : 1;
-    pl->chunk_len = ((lk + pl->chunks - 1) / pl->chunks + bk - 1) / bk * bk;
-    pl->chunks = (lk + pl->chunk_len - 1) / pl->chunk_len;
-    pl->items = pl->units * pl->chunks;
     /* Keys per decode block: as many as the score tile holds for
      * MK_DECODE_ROWS rows (a multiple of block_k), so the kernels prefetch
      * across long runs of rows and the per-block steps are few. */
-    int64_t n = t->block_q * bk / MK_DECODE_ROWS / bk * bk;
+    int64_t bk = t->block_k, n = t->block_q * bk / MK_DECODE_ROWS / bk * bk;
     pl->decode_key_block = n > bk ? n : bk;
-    /* A thread keeps a whole head's packed keys when several query blocks
-     * read the same keys (memory stays O(Lk d) per thread). */
-    pl->cache_heads = 0;
-    if (pl->chunks == 1)
-        for (int64_t b = 0; b < p->batch && !pl->cache_heads; b++) {
-            int64_t lq, lk_b;
-            mha_seq s;
-            seq_lengths(p, b, &lq, &lk_b);
-            seq_cut(t, p, pl->group, lq, &s);
-            pl->cache_heads = s.row_blocks > 1 && !s.decode;
-        }
+    return 1;
 }
 
 void mha_seqs_fill(const mk_table *t, const mha_problem *p,
                    const mha_plan *pl, mha_seq *seqs)
 {
-    int64_t unit = 0, w = 0;
+    int64_t unit = 0, item = 0, part = 0, w = 0;
     for (int64_t b = 0; b < p->batch; b++) {
         mha_seq *s = &seqs[b];
         int64_t lq, lk;
@@ -122,10 +140,15 @@ void mha_seqs_fill(const mk_table *t, const mha_problem *p,
         s->key_limit = lk;
         if (p->mask.key_lengths && p->mask.key_lengths[b] < lk)
             s->key_limit = p->mask.key_lengths[b];
+        seq_chunks(t, p, pl->units, lk, s);
         s->unit0 = unit;
         unit += s->units;
+        s->item0 = item;
+        item += s->units * s->chunks;
+        s->part0 = part;
+        if (s->chunks > 1)
+            part += s->units * s->chunks * s->partial_floats;
         s->key_block = s->decode ? pl->decode_key_block : t->block_k;
-        s->cache = pl->chunks == 1 && s->row_blocks > 1 && !s->decode;
         if (p->cu_q) {
             s->q_off = p->cu_q[b] * p->q_ss;
             s->o_off = p->cu_q[b] * p->o_ss;
@@ -208,50 +231,99 @@ mha_status mha_plan_make(const mha_engine *engine, const mha_problem *p,
                          mha_plan *pl)
 {
     const mk_table *t = &engine->kernels;
-    cut_work(t, p, pl);
+    if (!cut_work(t, p, pl))
+        return mha_fail(MHA_ERR_OVERFLOW,
+                        "attention work items for %lld sequences overflow",
+                        (long long)p->batch);
     pl->nthreads = mha_threads_for_call(engine, pl->items);
-    /* A dense batch with the head cache and heads enough for every thread:
-     * a thread takes a head's query blocks together, so each head is
-     * packed by one thread (which thread computes an item never changes
-     * its result). */
-    int64_t rb0 = 0;
-    if (pl->cache_heads && !p->cu_q && p->batch > 0) {
-        mha_seq s;
-        seq_cut(t, p, pl->group, p->lq, &s);
-        rb0 = s.row_blocks;
-    }
-    pl->grab = rb0 > 0 && pl->units / rb0 >= 2 * pl->nthreads ? rb0 : 1;
-    pl->partial_floats = round_up16(pl->rows * (p->dv + 2));
-    int64_t partials = 0, total, seq_bytes;
+    pl->tasks_max = pl->items;
+    int64_t partials = pl->part_floats, total, seq_bytes, task_bytes, end;
     if (!lay_out(t, p, pl) ||
-        (pl->chunks > 1 &&
-         !mha_mul_ok(pl->items, pl->partial_floats, &partials)) ||
+
         !mha_mul_ok(pl->thread.floats, pl->nthreads, &total) ||
         !mha_add_ok(total, partials, &total) ||
         !mha_mul_ok(total, (int64_t)sizeof(float), &total) ||
-        !mha_mul_ok(p->batch, (int64_t)sizeof(mha_seq), &seq_bytes) ||
-        !mha_add_ok(total, seq_bytes, &seq_bytes))
+        !mha_mul_ok(p->batch,
+                    (int64_t)(sizeof(mha_seq) + sizeof(mha_seq_order)),
+                    &seq_bytes) ||
+        !mha_mul_ok(pl->tasks_max, (int64_t)sizeof(mha_task), &task_bytes) ||
+        !mha_add_ok(total, task_bytes, &end) ||
+        !mha_add_ok(end, seq_bytes, &end))
         return mha_fail(MHA_ERR_OVERFLOW,
                         "attention scratch for d=%lld, dv=%lld overflows",
                         (long long)p->d, (long long)p->dv);
-    pl->seq_offset = (size_t)total; /* a multiple of 64 bytes */
-    pl->bytes = (size_t)seq_bytes;
+    /* Offsets stay multiples of 8 bytes: every part is made of 8-byte
+     * elements, and total is a multiple of 64. */
+    pl->task_offset = (size_t)total;
+    pl->seq_offset = (size_t)(total + task_bytes);
+    pl->bytes = (size_t)end;
     return MHA_OK;
 }
 
-int64_t mha_seq_of_unit(const mha_seq *seqs, int64_t n, int64_t unit)
+/* Sequences by decreasing lq * lk (ties by index): the largest tasks go
+ * first, so the last ones to finish are small. */
+static int by_cost(const void *a, const void *b)
 {
-    /* The last sequence starting at or before the unit: empty sequences
-     * before it start where it does, empty ones after it past the unit. */
+    const mha_seq_order *x = a, *y = b;
+    if (x->cost != y->cost)
+        return x->cost > y->cost ? -1 : 1;
+    return x->seq < y->seq ? -1 : 1;
+}
+
+int64_t mha_tasks_fill(const mha_problem *p, const mha_plan *pl,
+                       const mha_seq *seqs, mha_seq_order *order,
+                       mha_task *tasks)
+{
+    for (int64_t b = 0; b < p->batch; b++) {
+        order[b].seq = b;
+        order[b].cost = seqs[b].lq * seqs[b].lk;
+    }
+    qsort(order, (size_t)p->batch, sizeof *order, by_cost);
+    int64_t n = 0;
+    for (int64_t x = 0; x < p->batch; x++) {
+        const mha_seq *s = &seqs[order[x].seq];
+        int64_t first = s->item0, count = s->units * s->chunks;
+        /* With the head cache and heads enough for every thread, a thread
+         * takes a head's query blocks together, so each head is packed by
+         * one thread (which thread computes an item never changes its
+         * result). Units of a head are consecutive, and with the cache a
+         * unit is one item. */
+        int64_t heads = s->row_blocks ? s->units / s->row_blocks : 0;
+        int64_t step = s->cache && heads >= 2 * pl->nthreads ? s->row_blocks
+                                                              : 1;
+        for (int64_t it = 0; it < count; it += step) {
+            tasks[n].first = first + it;
+            tasks[n].count = step;
+            n++;
+        }
+    }
+    return n;
+}
+
+/* The last sequence whose first unit (or item) is at or before x: empty
+ * sequences before it start where it does, empty ones after it past x. */
+static int64_t last_at_or_before(const mha_seq *seqs, int64_t n, int64_t x,
+                                 int items)
+{
     int64_t lo = 0, hi = n - 1;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
-        if (seqs[mid].unit0 <= unit)
+        if ((items ? seqs[mid].item0 : seqs[mid].unit0) <= x)
             lo = mid;
         else
             hi = mid - 1;
     }
     return lo;
+}
+
+int64_t mha_seq_of_unit(const mha_seq *seqs, int64_t n, int64_t unit)
+{
+    return last_at_or_before(seqs, n, unit, 0);
+}
+
+int64_t mha_seq_of_item(const mha_seq *seqs, int64_t n, int64_t item)
+{
+    return last_at_or_before(seqs, n, item, 1);
 }
 
 int64_t mha_kv_run(const mha_problem *p, const mha_row_block *rb, int value,
