@@ -53,7 +53,25 @@ const Shape kShapes[] = {
     {"decode", 1, 1, 1, 1, 32768, 128},
     {"layer", 1, 8, 8, 512, 512, 64},
     {"layer", 1, 16, 16, 2048, 2048, 64},
+    // Serving (mha_attention_varlen): a paged cache of 16-key blocks in
+    // shuffled order beside the same decode on a contiguous [B, L, H, D]
+    // cache; a continuous batch of eight causal prompts (64 to 2048 tokens)
+    // in one call beside one call per prompt (lq, lk: the longest).
+    {"decode", 8, 32, 8, 1, 4096, 128},
+    {"paged", 8, 32, 8, 1, 4096, 128},
+    {"decode", 8, 32, 8, 1, 4096, 128, MHA_F16},
+    {"paged", 8, 32, 8, 1, 4096, 128, MHA_F16},
+    {"varlen", 8, 32, 8, 2048, 2048, 128},
+    {"varlen_seq", 8, 32, 8, 2048, 2048, 128},
 };
+
+// Keys per block of the paged cases.
+constexpr int64_t kPagedBlock = 16;
+
+bool IsVarlen(const char *kind)
+{
+    return std::strncmp(kind, "varlen", 6) == 0;
+}
 
 // Keys to the left of the diagonal a "window" case sees.
 constexpr int64_t kWindowLeft = 1024;
@@ -64,6 +82,16 @@ constexpr int64_t kPeakIterations = int64_t{1} << 21;
 std::string ShapeName(const Shape &s)
 {
     char buf[128];
+    if (IsVarlen(s.kind)) {
+        std::snprintf(buf, sizeof buf, "B%lld_H%lld_KV%lld_D%lld_L%lld-%lld",
+                      static_cast<long long>(s.b), static_cast<long long>(s.h),
+                      static_cast<long long>(s.hkv),
+                      static_cast<long long>(s.d),
+                      static_cast<long long>(bench_varlen_length(0)),
+                      static_cast<long long>(
+                          bench_varlen_length(BENCH_VARLEN_SEQS - 1)));
+        return buf;
+    }
     std::snprintf(buf, sizeof buf, "B%lld_H%lld_KV%lld_Lq%lld_Lk%lld_D%lld",
                   static_cast<long long>(s.b), static_cast<long long>(s.h),
                   static_cast<long long>(s.hkv), static_cast<long long>(s.lq),
@@ -257,7 +285,8 @@ std::vector<Shape> BaselineShapes()
     for (const Shape &s : kShapes) {
         // The baseline computes in fp32 only, and its whole S of a
         // window-length shape would not fit the cache of any machine.
-        bool seen = IsLayer(s) || s.kv != MHA_F32 || s.lq > 4096;
+        bool seen = IsLayer(s) || s.kv != MHA_F32 || s.lq > 4096 ||
+                    IsVarlen(s.kind) || std::strcmp(s.kind, "paged") == 0;
         for (const Shape &o : out)
             seen = seen || ShapeName(o) == ShapeName(s);
         if (!seen) {
@@ -285,7 +314,12 @@ bench_spec MakeSpec(const Shape &s, mha_isa isa, int threads)
     bench_spec spec{};
     spec.impl = IsLayer(s) ? BENCH_IMPL_LAYER
                 : std::strcmp(s.kind, "blas_baseline") == 0 ? BENCH_IMPL_BLAS
-                                                            : BENCH_IMPL_ATTENTION;
+                : std::strcmp(s.kind, "paged") == 0         ? BENCH_IMPL_PAGED
+                : std::strcmp(s.kind, "varlen") == 0        ? BENCH_IMPL_VARLEN
+                : std::strcmp(s.kind, "varlen_seq") == 0
+                    ? BENCH_IMPL_VARLEN_SEQ
+                    : BENCH_IMPL_ATTENTION;
+    spec.paged_block = kPagedBlock;
     spec.batch = s.b;
     spec.heads = s.h;
     spec.kv_heads = s.hkv;
@@ -293,7 +327,8 @@ bench_spec MakeSpec(const Shape &s, mha_isa isa, int threads)
     spec.lk = s.lk;
     spec.d = s.d;
     const bool window = std::strcmp(s.kind, "window") == 0;
-    spec.causal = std::strcmp(s.kind, "causal") == 0 || window
+    spec.causal = std::strcmp(s.kind, "causal") == 0 || window ||
+                          IsVarlen(s.kind)
                       ? MHA_CAUSAL_BOTTOM_RIGHT
                       : MHA_CAUSAL_NONE;
     spec.window_left = window ? kWindowLeft : 0;

@@ -35,7 +35,17 @@ struct bench_case {
     size_t out_count;
     void *kq, *vq;           /* 8-bit K/V codes and their row scales */
     float *ks, *vs;
+    mha_varlen_args vargs;   /* paged and varlen */
+    mha_paged_kv paged;
+    int32_t *cu, *table, *lens;
 };
+
+int64_t bench_varlen_length(int i)
+{
+    static const int64_t lengths[BENCH_VARLEN_SEQS] = {64,  128,  256,  512,
+                                                       768, 1024, 1536, 2048};
+    return i >= 0 && i < BENCH_VARLEN_SEQS ? lengths[i] : 0;
+}
 
 /* 64-byte aligned, rounded up to whole cache lines as aligned_alloc wants. */
 static float *alloc_floats(size_t n)
@@ -115,8 +125,11 @@ static int check_spec(const bench_spec *s)
 {
     if (mha_dtype_size(s->kv_dtype) == 0)
         return bench_fail("unknown kv_dtype %d", (int)s->kv_dtype);
-    if (s->kv_dtype != MHA_F32 && s->impl != BENCH_IMPL_ATTENTION)
+    if (s->kv_dtype != MHA_F32 && s->impl != BENCH_IMPL_ATTENTION &&
+        s->impl != BENCH_IMPL_PAGED)
         return bench_fail("half-precision K/V is for mha_attention only");
+    if (s->impl == BENCH_IMPL_PAGED && s->paged_block <= 0)
+        return bench_fail("paged_block must be positive");
     if (s->batch <= 0 || s->heads <= 0 || s->kv_heads <= 0 || s->lq <= 0 ||
         s->lk <= 0 || s->d <= 0 || s->threads <= 0)
         return bench_fail("sizes and threads must be positive");
@@ -125,8 +138,7 @@ static int check_spec(const bench_spec *s)
                           (long long)s->kv_heads, (long long)s->heads);
     if (s->impl == BENCH_IMPL_LAYER && s->kv_heads != s->heads)
         return bench_fail("the layer has no grouped-query form");
-    if (s->impl != BENCH_IMPL_ATTENTION && s->impl != BENCH_IMPL_LAYER &&
-        s->impl != BENCH_IMPL_BLAS)
+    if (s->impl < BENCH_IMPL_ATTENTION || s->impl > BENCH_IMPL_VARLEN_SEQ)
         return bench_fail("unknown impl %d", (int)s->impl);
 #if !defined(MHA_BENCH_HAVE_BLAS)
     if (s->impl == BENCH_IMPL_BLAS)
@@ -146,11 +158,10 @@ static int create_engine(bench_case *c)
     return 0;
 }
 
-static int setup_attention(bench_case *c)
+/* q and out of nq floats, k and v of nk elements of the spec's K/V dtype,
+ * filled (out zeroed). */
+static int alloc_inputs(bench_case *c, size_t nq, size_t nk)
 {
-    const bench_spec *s = &c->spec;
-    const size_t nq = (size_t)(s->batch * s->lq * s->heads * s->d);
-    const size_t nk = (size_t)(s->batch * s->lk * s->kv_heads * s->d);
     c->q = alloc_floats(nq);
     c->k = alloc_floats(nk);
     c->v = alloc_floats(nk);
@@ -162,10 +173,20 @@ static int setup_attention(bench_case *c)
     fill(c->v, nk, 3, 1.0f);
     /* Half-precision K/V: the same values rounded, in the first half of
      * each buffer (the rest is never read). */
-    narrow(c->k, nk, s->kv_dtype);
-    narrow(c->v, nk, s->kv_dtype);
+    narrow(c->k, nk, c->spec.kv_dtype);
+    narrow(c->v, nk, c->spec.kv_dtype);
     memset(c->out, 0, nq * sizeof(float));
     c->out_count = nq;
+    return 0;
+}
+
+static int setup_attention(bench_case *c)
+{
+    const bench_spec *s = &c->spec;
+    const size_t nq = (size_t)(s->batch * s->lq * s->heads * s->d);
+    const size_t nk = (size_t)(s->batch * s->lk * s->kv_heads * s->d);
+    if (alloc_inputs(c, nq, nk) != 0)
+        return -1;
 
     c->args.q = make_tensor(c->q, s, s->lq, s->heads);
     c->args.k = make_tensor(c->k, s, s->lk, s->kv_heads);
@@ -187,6 +208,106 @@ static int setup_attention(bench_case *c)
         return bench_fail("out of memory for the BLAS scores");
 #endif
     return 0;
+}
+
+/* A paged cache of B sequences of Lk keys: a pool of B * ceil(Lk / block)
+ * blocks whose order is a fixed shuffle, one block table row per
+ * sequence. K and V as in setup_attention, in the pool's layout. */
+static int setup_paged(bench_case *c)
+{
+    const bench_spec *s = &c->spec;
+    const int64_t bs = s->paged_block, per = (s->lk + bs - 1) / bs;
+    const int64_t blocks = s->batch * per;
+    const size_t nq = (size_t)(s->batch * s->lq * s->heads * s->d);
+    const size_t nk = (size_t)(blocks * bs * s->kv_heads * s->d);
+    c->table = malloc((size_t)blocks * sizeof *c->table);
+    c->lens = malloc((size_t)s->batch * sizeof *c->lens);
+    if (!c->table || !c->lens)
+        return bench_fail("out of memory for the block table");
+    if (alloc_inputs(c, nq, nk) != 0)
+        return -1;
+    /* A Fisher-Yates shuffle of the block ids from a fixed seed. */
+    uint64_t z = 12345;
+    for (int64_t i = 0; i < blocks; i++)
+        c->table[i] = (int32_t)i;
+    for (int64_t i = blocks - 1; i > 0; i--) {
+        z = z * 6364136223846793005u + 1442695040888963407u;
+        int64_t j = (int64_t)((z >> 33) % (uint64_t)(i + 1));
+        int32_t t = c->table[i];
+        c->table[i] = c->table[j];
+        c->table[j] = t;
+    }
+    for (int64_t b = 0; b < s->batch; b++)
+        c->lens[b] = (int32_t)s->lk;
+    c->paged = (mha_paged_kv){c->table, per, 0, c->lens};
+    mha_varlen_args *a = &c->vargs;
+    a->batch = s->batch;
+    a->q = mha_tensor_bshd(c->q, s->batch, s->lq, s->heads, s->d);
+    a->out = mha_tensor_bshd(c->out, s->batch, s->lq, s->heads, s->d);
+    bench_spec pool = *s;
+    pool.batch = blocks;
+    a->k = make_tensor(c->k, &pool, bs, s->kv_heads);
+    a->v = make_tensor(c->v, &pool, bs, s->kv_heads);
+    if (mha_dtype_size(s->kv_dtype) == 1) {
+        if (quantize_kv(&a->k, s->kv_dtype, &c->kq, &c->ks) ||
+            quantize_kv(&a->v, s->kv_dtype, &c->vq, &c->vs))
+            return -1;
+    } else {
+        a->k.dtype = a->v.dtype = s->kv_dtype;
+    }
+    a->paged = &c->paged;
+    a->causal = MHA_CAUSAL_BOTTOM_RIGHT;
+    return create_engine(c);
+}
+
+/* The varlen batch, packed: q [1, T, H, d], k and v [1, T, Hkv, d]. */
+static int setup_varlen(bench_case *c)
+{
+    const bench_spec *s = &c->spec;
+    c->cu = malloc((BENCH_VARLEN_SEQS + 1) * sizeof *c->cu);
+    if (!c->cu)
+        return bench_fail("out of memory");
+    c->cu[0] = 0;
+    for (int i = 0; i < BENCH_VARLEN_SEQS; i++)
+        c->cu[i + 1] = c->cu[i] + (int32_t)bench_varlen_length(i);
+    const int64_t total = c->cu[BENCH_VARLEN_SEQS];
+    const size_t nq = (size_t)(total * s->heads * s->d);
+    const size_t nk = (size_t)(total * s->kv_heads * s->d);
+    if (alloc_inputs(c, nq, nk) != 0)
+        return -1;
+    mha_varlen_args *a = &c->vargs;
+    a->batch = BENCH_VARLEN_SEQS;
+    a->q = mha_tensor_bshd(c->q, 1, total, s->heads, s->d);
+    a->k = mha_tensor_bshd(c->k, 1, total, s->kv_heads, s->d);
+    a->v = mha_tensor_bshd(c->v, 1, total, s->kv_heads, s->d);
+    a->out = mha_tensor_bshd(c->out, 1, total, s->heads, s->d);
+    a->cu_seqlens_q = a->cu_seqlens_k = c->cu;
+    a->causal = MHA_CAUSAL_BOTTOM_RIGHT;
+    return create_engine(c);
+}
+
+/* The varlen batch as one mha_attention call per prompt, on views of the
+ * same packed arrays. */
+static mha_status run_each(bench_case *c)
+{
+    const bench_spec *s = &c->spec;
+    for (int i = 0; i < BENCH_VARLEN_SEQS; i++) {
+        const int64_t at = c->cu[i], len = c->cu[i + 1] - at;
+        mha_attention_args one = {0};
+        one.q = mha_tensor_bshd(c->q + at * s->heads * s->d, 1, len, s->heads,
+                                s->d);
+        one.k = mha_tensor_bshd(c->k + at * s->kv_heads * s->d, 1, len,
+                                s->kv_heads, s->d);
+        one.v = mha_tensor_bshd(c->v + at * s->kv_heads * s->d, 1, len,
+                                s->kv_heads, s->d);
+        one.out = mha_tensor_bshd(c->out + at * s->heads * s->d, 1, len,
+                                  s->heads, s->d);
+        one.mask = &c->mask;
+        mha_status st = mha_attention(c->engine, &one);
+        if (st != MHA_OK)
+            return st;
+    }
+    return MHA_OK;
 }
 
 /* Self-attention when Lq == Lk (query, key and value the same array), else
@@ -259,8 +380,14 @@ bench_case *bench_case_create(const bench_spec *spec)
         c->terms.window_right = -1;
         c->args.terms = &c->terms;
     }
-    const int rc = spec->impl == BENCH_IMPL_LAYER ? setup_layer(c)
-                                                  : setup_attention(c);
+    if (spec->impl == BENCH_IMPL_VARLEN_SEQ)
+        c->mask.causal = MHA_CAUSAL_BOTTOM_RIGHT;
+    const int rc = spec->impl == BENCH_IMPL_LAYER  ? setup_layer(c)
+                   : spec->impl == BENCH_IMPL_PAGED ? setup_paged(c)
+                   : spec->impl == BENCH_IMPL_VARLEN ||
+                           spec->impl == BENCH_IMPL_VARLEN_SEQ
+                       ? setup_varlen(c)
+                       : setup_attention(c);
     if (rc != 0) {
         bench_case_destroy(c);
         return NULL;
@@ -286,6 +413,13 @@ int bench_case_run(bench_case *c)
                              c->scratch);
 #endif
         break;
+    case BENCH_IMPL_PAGED:
+    case BENCH_IMPL_VARLEN:
+        st = mha_attention_varlen(c->engine, &c->vargs);
+        break;
+    case BENCH_IMPL_VARLEN_SEQ:
+        st = run_each(c);
+        break;
     }
     if (st != MHA_OK)
         return bench_fail("%s: %s", mha_status_string(st), mha_last_error());
@@ -305,6 +439,7 @@ void bench_case_destroy(bench_case *c)
     free(c->out);
     free(c->scratch);
     free(c->kq), free(c->vq), free(c->ks), free(c->vs);
+    free(c->cu), free(c->table), free(c->lens);
     free(c);
 }
 
@@ -316,6 +451,14 @@ const float *bench_case_output(const bench_case *c, size_t *count)
 
 double bench_spec_flops(const bench_spec *s)
 {
+    if (s->impl == BENCH_IMPL_VARLEN || s->impl == BENCH_IMPL_VARLEN_SEQ) {
+        double sum = 0.0;
+        for (int i = 0; i < BENCH_VARLEN_SEQS; i++) {
+            const double len = (double)bench_varlen_length(i);
+            sum += 4.0 * (double)s->heads * len * len * (double)s->d;
+        }
+        return sum;
+    }
     const double core = 4.0 * (double)s->batch * (double)s->heads *
                         (double)s->lq * (double)s->lk * (double)s->d;
     if (s->impl != BENCH_IMPL_LAYER)

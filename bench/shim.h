@@ -19,8 +19,21 @@ extern "C" {
 typedef enum bench_impl {
     BENCH_IMPL_ATTENTION = 0, /* mha_attention */
     BENCH_IMPL_LAYER = 1,     /* mha_layer_forward, self-attention, E = H*d */
-    BENCH_IMPL_BLAS = 2       /* OpenBLAS sgemm + row softmax + sgemm */
+    BENCH_IMPL_BLAS = 2,      /* OpenBLAS sgemm + row softmax + sgemm */
+    /* mha_attention_varlen over a paged cache: blocks of paged_block keys,
+     * each sequence's blocks shuffled in the pool, q [B, Lq, H, d] */
+    BENCH_IMPL_PAGED = 3,
+    /* A continuous batch of BENCH_VARLEN_SEQS causal prompts of the
+     * lengths bench_varlen_length gives (lq = lk = that length), packed:
+     * one mha_attention_varlen call, or one mha_attention per prompt */
+    BENCH_IMPL_VARLEN = 4,
+    BENCH_IMPL_VARLEN_SEQ = 5
 } bench_impl;
+
+/* The continuous batch of the varlen cases: eight prompts from 64 to 2048
+ * tokens. */
+#define BENCH_VARLEN_SEQS 8
+int64_t bench_varlen_length(int i);
 
 /* How q, k, v and out are stored (the layer always uses [B, L, E]). */
 typedef enum bench_layout {
@@ -36,6 +49,7 @@ typedef struct bench_spec {
                             left (right side unbounded; with causal) */
     bench_layout layout;
     mha_dtype kv_dtype; /* K and V elements; not MHA_F32 only for attention */
+    int64_t paged_block; /* BENCH_IMPL_PAGED: keys per block */
     mha_isa isa; /* ignored by BENCH_IMPL_BLAS */
     int threads; /* exact thread count, > 0 */
 } bench_spec;
@@ -54,7 +68,8 @@ const float *bench_case_output(const bench_case *c, size_t *count);
 
 /* Floating-point operations of one call: 4*B*H*Lq*Lk*d for attention (the
  * dense count, also under a causal mask), plus 2*B*E*E*(2*Lq + 2*Lk) for the
- * layer's q, k, v and output projections. */
+ * layer's q, k, v and output projections; the varlen cases count 4*H*L*L*d
+ * per prompt (dense-equivalent, as causal). */
 double bench_spec_flops(const bench_spec *spec);
 /* Bytes of K and V one call reads: 2 * B * Lk * Hkv * d * element size. */
 double bench_spec_kv_bytes(const bench_spec *spec);

@@ -118,6 +118,11 @@ def best_peak(results, threads):
 
 
 HALF_SUFFIXES = ("_F16", "_BF16", "_I8", "_FP8_E4M3", "_FP8_E5M2")
+# A serving case and the case of the same shape and work it is read
+# against: the paged cache beside the contiguous one, one varlen call
+# beside one call per sequence.
+PAIRED = {"paged": ("decode", "× contiguous"),
+          "varlen": ("varlen_seq", "× one call each")}
 
 
 def fp32_twin(shape):
@@ -139,6 +144,8 @@ def case_table(results, kind, shape):
     headers += ["spread", "speedup", "efficiency", "% of peak"]
     headers += ["% of bandwidth"] if decode else []
     headers += ["× fp32"] if twin else []
+    pair = PAIRED.get(kind)
+    headers += [pair[1]] if pair else []
     headers += ["× blas"]
     rows = []
     for key in keys:
@@ -173,6 +180,12 @@ def case_table(results, kind, shape):
             f32 = results.get((kind, twin, isa, threads))
             row += [fmt(r["GFLOPS"] / f32["GFLOPS"]
                         if f32 and f32["GFLOPS"] and r["GFLOPS"] else None,
+                        "{:.2f}")]
+        if pair:
+            # Same FLOP count, so the GFLOP/s ratio is the speed ratio.
+            other = results.get((pair[0], shape, isa, threads))
+            row += [fmt(r["GFLOPS"] / other["GFLOPS"]
+                        if other and other["GFLOPS"] and r["GFLOPS"] else None,
                         "{:.2f}")]
         row += [fmt(ratio, "{:.2f}")]
         rows.append(row)
@@ -273,8 +286,10 @@ def tables(context, results):
                 "1 GiB (more than the last-level cache)", "",
                 reference_table(results, "membw", "loop", "GB/s")]
     for kind, shape in cases(context, results):
-        label = " (dense-equivalent)" if kind == "causal" else ""
-        unit = " — GB/s of K and V read" if kind == "decode" else ""
+        label = (" (dense-equivalent)"
+                 if kind in ("causal", "varlen", "varlen_seq") else "")
+        unit = " — GB/s of K and V read" if kind in ("decode", "paged") \
+            else ""
         out += ["", f"#### {kind}/{shape}{label}{unit}", "",
                 case_table(results, kind, shape)]
     return out
