@@ -17,23 +17,9 @@
 #include <time.h>
 
 #include "mha.h"
+#include "stand_in.h"
 
 enum { H = 32, HKV = 8, D = 128 };
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Stand-in activations in [-1, 1) for token pos, channel i. */
-static float act(unsigned pos, unsigned i, unsigned salt)
-{
-    unsigned x = pos * 2654435761u ^ i * 40503u ^ salt * 97u;
-    x ^= x >> 15, x *= 2246822519u, x ^= x >> 13;
-    return (float)(x >> 8) / 8388608.0f - 1.0f;
-}
 
 /* Writes token pos's k and v (all kv heads) into the cache; an 8-bit
  * cache also gets the rows' scales (ks, vs: [capacity, HKV]). */
