@@ -438,8 +438,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     detail[0] = '\0';
     snprintf(context, sizeof context, "engine creation");
     mha_engine *engine = make_engine(&in, engine_desc, sizeof engine_desc);
+    /* op 0: attention, odd: the layer, 2 (mod 4): a continuous batch. */
     if (op & 1)
         fuzz_layer(&in, engine, engine_desc);
+    else if (op & 2)
+        fuzz_varlen(&in, engine, engine_desc);
     else
         fuzz_attention(&in, engine, engine_desc);
     mha_engine_destroy(engine);

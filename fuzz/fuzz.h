@@ -27,7 +27,8 @@
  * Files: decode.c (input decoding), model.c (the validity model),
  * expect.c (the oracle, over the support library's), buffers.c (buffers,
  * the engine, reporting), cases.c (the attention and layer cases and the
- * entry point). This header is what they share.
+ * entry point), varlen.c (the continuous-batch case, its own model and
+ * checks). This header is what they share.
  */
 #ifndef MHA_FUZZ_H
 #define MHA_FUZZ_H
@@ -284,6 +285,8 @@ void alloc_layer(layer_case *c);
 layer_pointers link_layer(layer_case *c);
 void free_layer_case(layer_case *c);
 void fuzz_layer(byte_reader *in, mha_engine *engine, const char *engine_desc);
+/* varlen.c: one mha_attention_varlen request (packed or paged keys). */
+void fuzz_varlen(byte_reader *in, mha_engine *engine, const char *engine_desc);
 size_t elem_size(mha_dtype t);
 
 #endif

@@ -220,6 +220,46 @@ static void emit(const char *name, bytes b)
     written++;
 }
 
+/* A continuous batch (fuzz/varlen.c's byte order): op 2, the engine, B,
+ * kv heads - 1, group - 1, d code, dtype code, form bits (1 paged, 2
+ * [B, Lq, H, d] queries, 4 lse, 8 [blocks, Hkv, block, d] pool), causal,
+ * block size - 1, Lq - 1, per sequence lq and lk, shuffle seed, sharing,
+ * spare blocks, table stride code, fault, data seed. */
+typedef struct {
+    unsigned B, hkv, group, dcode, dtype, form, causal, block, lq0;
+    unsigned lq[4], lk[4], share, spare, stride, fault;
+} varlen_req;
+
+static bytes varlen_bytes(const varlen_req *r)
+{
+    bytes o = {{0}, 0};
+    put8(&o, 2);
+    const engine_req e = {0};
+    put_engine(&o, &e);
+    put8(&o, r->B - 1);
+    put8(&o, r->hkv - 1);
+    put8(&o, r->group - 1);
+    put8(&o, r->dcode);
+    put8(&o, r->dtype);
+    put8(&o, r->form);
+    put8(&o, r->causal);
+    put8(&o, r->block - 1);
+    put8(&o, r->lq0);
+    for (unsigned b = 0; b < r->B; b++) {
+        if (!(r->form & 2))
+            put8(&o, r->lq[b]);
+        put8(&o, r->lk[b]);
+    }
+    put32(&o, 12345);
+    put8(&o, r->share);
+    put8(&o, r->spare);
+    put8(&o, r->stride);
+    put8(&o, r->fault);
+    put32(&o, 777);
+    return o;
+}
+
+#define VARLEN(name, ...) emit(name, varlen_bytes(&(varlen_req){__VA_ARGS__}))
 #define ATTN(name, ...) emit(name, attention_bytes(&(attn_req){__VA_ARGS__}))
 #define LAYER(name, ...) emit(name, layer_bytes(&(layer_req){__VA_ARGS__}))
 #define SPEC(...) .spec = {__VA_ARGS__}, \
@@ -396,6 +436,27 @@ int main(int argc, char **argv)
         return 2;
     }
     out_dir = argv[1];
+    /* Continuous batches: packed; paged with shuffled, shared blocks of 3
+     * in both pool orders; a decode step; empty sequences; faults. */
+    VARLEN("varlen-packed", .B = 3, .hkv = 2, .group = 2, .dcode = 2,
+           .form = 4, .causal = 2, .block = 4, .lq = {5, 1, 9},
+           .lk = {20, 33, 9}, .fault = 0);
+    VARLEN("varlen-paged-shared", .B = 4, .hkv = 1, .group = 3, .dcode = 1,
+           .dtype = 1, .form = 1 | 4, .causal = 2, .block = 3,
+           .lq = {4, 2, 1, 7}, .lk = {30, 40, 11, 7}, .share = 1, .spare = 2,
+           .stride = 2);
+    VARLEN("varlen-paged-bhsd-decode", .B = 3, .hkv = 2, .group = 1,
+           .dcode = 4, .dtype = 2, .form = 1 | 2 | 8, .causal = 2,
+           .block = 5, .lq0 = 0, .lk = {49, 1, 17});
+    VARLEN("varlen-empty", .B = 4, .hkv = 1, .group = 2, .dcode = 0,
+           .form = 1, .causal = 1, .block = 1, .lq = {0, 3, 2, 0},
+           .lk = {5, 0, 6, 0});
+    VARLEN("varlen-bad-cu-q", .B = 2, .hkv = 1, .group = 1, .form = 0,
+           .block = 2, .lq = {3, 4}, .lk = {5, 6}, .fault = 1);
+    VARLEN("varlen-bad-block", .B = 2, .hkv = 1, .group = 1, .form = 1,
+           .block = 2, .lq = {3, 4}, .lk = {5, 6}, .fault = 4);
+    VARLEN("varlen-both-forms", .B = 2, .hkv = 1, .group = 1, .form = 1,
+           .block = 2, .lq = {3, 4}, .lk = {5, 6}, .fault = 6);
     /* Every mask kind at once: a [B, 1, Lq, Lk] keep-mask, a padded bias,
      * key lengths, bottom-right causal. */
     const mask_req all_masks = {M_KEEP | M_BIAS | M_LENGTHS,
