@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "fuzz.h"
+#include "terms.h"
 
 const char *const tensor_names[4] = {"q", "k", "v", "out"};
 
@@ -129,7 +130,7 @@ void link_attention(attention_case *c)
 
 /* Bytes after the engine's: dims (7), layouts (4 x 4), flags, misalign,
  * alias, scale (6), mask (11), seed (4), dtypes of k and v, specials (33),
- * corruptions. */
+ * corruptions, then the terms, lse and scales (14, terms.c). */
 void fuzz_attention(byte_reader *in, mha_engine *engine,
                            const char *engine_desc)
 {
@@ -163,12 +164,16 @@ void fuzz_attention(byte_reader *in, mha_engine *engine,
     special_request sp;
     parse_specials(in, &sp);
     corrupt_attention(in, &c);
+    terms_case tc;
+    parse_terms(in, &tc, &c);
 
     fault_list f = {0};
     int huge = 0;
     attention_model(&c, engine, &f, &huge);
+    terms_model(&tc, &c, &f, &huge);
     describe_attention(&c, engine_desc, &f, huge);
-    if ((f.n == 0 && huge) || c.mb.lengths_unreadable) {
+    terms_describe(&tc, &c);
+    if ((f.n == 0 && huge) || c.mb.lengths_unreadable || tc.unreadable) {
         stats[S_ATTN_SKIP]++;
         return;
     }
@@ -188,8 +193,10 @@ void fuzz_attention(byte_reader *in, mha_engine *engine,
                           c.mb.bias ? &c.mb.buf[1] : NULL};
     inject_specials(&sp, targets, vt);
     link_attention(&c);
+    terms_link(&tc, &c, &f);
     length_faults(&c.mb, &c.mask, c.args.q.batch, c.args.k.seq, &f);
     describe_attention(&c, engine_desc, &f, huge);
+    terms_describe(&tc, &c);
     announce();
     if (f.n == 0 && huge) {
         stats[S_ATTN_SKIP]++;
@@ -197,11 +204,15 @@ void fuzz_attention(byte_reader *in, mha_engine *engine,
     }
     stats[f.n ? S_ATTN_FAULT : S_ATTN_OK]++;
     snapshot_all(c.buf, NBUF, &c.mb);
+    terms_snapshot(&tc);
     mha_status st = mha_attention(c.null_engine ? NULL : engine,
                                   c.null_args ? NULL : &c.args);
-    if (check_call(st, &f, huge, c.buf, NBUF, &c.mb))
+    int ok = check_call(st, &f, huge, c.buf, NBUF, &c.mb);
+    terms_check_unchanged(&tc, !ok);
+    if (ok)
         check_attention_outputs(&c);
 done:
+    terms_free(&tc);
     for (int i = 0; i < NBUF; i++)
         buffer_free(&c.buf[i]);
     for (int i = 0; i < 3; i++)

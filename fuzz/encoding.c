@@ -92,10 +92,10 @@ unsigned threads_code(int threads)
     return no_code("threads", threads);
 }
 
-/* Most codes give fp32: most requests keep fp32 K/V. The quantised
- * dtypes come without scales (the case builder sets none), so they reach
- * the scales checks (MHA_ERR_NULL_POINTER) only. */
-static const int dtype_values[8] = {MHA_F32, MHA_F32, MHA_F32, MHA_F16,
+/* Codes 0 and 1 give fp32: many requests keep fp32 K/V. The quantised
+ * dtypes take their scales from the terms bytes (terms.c); without them
+ * the call is refused (MHA_ERR_NULL_POINTER). */
+static const int dtype_values[8] = {MHA_F32, MHA_F32, MHA_FP8_E5M2, MHA_F16,
                                     MHA_BF16, MHA_I8, MHA_FP8_E4M3, -1};
 
 mha_dtype dtype_of(unsigned code)

@@ -66,4 +66,44 @@ enum { SP_NAN, SP_NEG_NAN, SP_INF, SP_NEG_INF, SP_DENORM_MIN, SP_DENORM,
        SP_NEG_DENORM, SP_NEG_ZERO, SP_HUGE, SP_NEG_FLT_MAX, SP_FLT_MAX,
        SP_ZERO };
 
+/* The score terms, lse and K/V scales of the attention case (fuzz/terms.c):
+ * 14 bytes after the corruptions, so older inputs keep their meaning
+ * (missing bytes read 0: no terms, no lse, no scales). In order: flags
+ * (TF_*), oddities (TO_*, code % 8), window_left, window_right (EXT_*),
+ * softcap (SOFTCAP_*, code % 16), ALiBi (AL_* | AV_* << 5), its bad index,
+ * sinks (SV_*, code % 8), their bad index, key_offset (OFF_*), key_total
+ * (TOT_*), k's and v's scales (SC_* | param << 3 | SCV_* << 5), their bad
+ * index. */
+enum { TF_TERMS = 1, TF_LSE = 2, TF_WINDOW = 4, TF_TOP_LEFT = 8,
+       TF_ALIBI = 16, TF_SINKS = 32, TF_SHARD = 64, TF_SOFTCAP = 128 };
+enum { TO_NONE, TO_WINDOW_2, TO_WINDOW_NEG, TO_ALIGN_2, TO_ALIGN_NEG };
+/* Extents: a code below EXT_UNBOUNDED is the extent itself; codes past
+ * EXT_INT64_MAX are -1 too (unbounded is common). */
+enum { EXT_UNBOUNDED = 200, EXT_MINUS2, EXT_INT64_MIN, EXT_MINUS100,
+       EXT_2_40, EXT_INT64_MAX };
+enum { SOFTCAP_OFF, SOFTCAP_HALF, SOFTCAP_1, SOFTCAP_5, SOFTCAP_20,
+       SOFTCAP_50, SOFTCAP_1E_30, SOFTCAP_1E30, SOFTCAP_FLT_MIN,
+       SOFTCAP_DENORMAL, SOFTCAP_FLT_MAX, SOFTCAP_NAN, SOFTCAP_INF,
+       SOFTCAP_MINUS1, SOFTCAP_NEG_ZERO, SOFTCAP_NEG_INF };
+/* ALiBi row stride (bits 0-1; bits 2-4 a padding or the negative value)
+ * and slope values (bits 5-7). */
+enum { AL_BROADCAST, AL_PACKED, AL_PADDED, AL_NEGATIVE };
+enum { AV_GEOMETRIC, AV_RANDOM, AV_LARGE, AV_TINY, AV_NAN, AV_INF };
+enum { SV_RANDOM, SV_DOMINANT, SV_HUGE_NEG, SV_HUGE, SV_NAN, SV_INF,
+       SV_NEG_INF };
+/* key_offset: a code below OFF_1000 is the offset; past OFF_INT64_MIN,
+ * code - OFF_SMALL. */
+enum { OFF_1000 = 200, OFF_2_40, OFF_FAR, OFF_PAST_FAR, OFF_MINUS1,
+       OFF_INT64_MIN, OFF_SMALL };
+/* key_total: TOT_DEFAULT (0); codes 1..199 key_offset + Lk + code - 1;
+ * past TOT_INT64_MAX, key_offset + Lk + 7 (code - TOT_WIDE). */
+enum { TOT_DEFAULT = 0, TOT_SHORT = 200, TOT_ONE, TOT_MINUS1, TOT_FAR,
+       TOT_PAST_FAR, TOT_INT64_MAX, TOT_WIDE };
+/* Scale layouts (bits 0-2; SC_NEGATIVE's axis is param % 3; a float K/V
+ * takes scales, refused, when param == 3) and values (bits 5-7; 0-3
+ * unit-scale codes, then one bad scale at the bad index). */
+enum { SC_NONE, SC_TENSOR, SC_HEAD, SC_ROW_BSH, SC_ROW_BHS, SC_ROW_PADDED,
+       SC_BATCH, SC_NEGATIVE };
+enum { SCV_UNIT, SCV_EXTREME = 4, SCV_ZERO, SCV_NAN, SCV_INF };
+
 #endif

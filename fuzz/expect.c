@@ -7,6 +7,7 @@
 
 #include "fuzz.h"
 #include "oracle.h"
+#include "terms.h"
 
 /* 0: moderate; 1: infinite or beyond 1e30; 2: NaN. */
 int flag_of(double x)
@@ -56,9 +57,14 @@ void oracle(const oracle_problem *p, want *out, want *weights)
     double *vo = malloc((size_t)(p->B * Lq * H * dv) * sizeof *vo);
     double *vw = malloc((size_t)(p->B * H * Lq * Lk) * sizeof *vw);
     int *cls = malloc((size_t)Lk * sizeof *cls);
-    if (!vo || !vw || !cls)
+    double *vl = malloc((size_t)(p->B * H * Lq) * sizeof *vl);
+    if (!vo || !vw || !cls || !vl)
         abort();
-    oracle_sdpa(&dims, p->q, p->k, p->v, p->mask, p->scale, vo, vw);
+    oracle_sdpa_terms(&dims, p->q, p->k, p->v, p->mask, p->terms, p->scale,
+                      vo, vw, vl);
+    /* Terms move the key positions the causal mask compares. */
+    mha_mask nocausal;
+    const mha_mask *km = terms_key_mask(p->mask, p->terms, &nocausal);
     for (int64_t b = 0; b < p->B; b++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < Lq; i++) {
@@ -70,7 +76,10 @@ void oracle(const oracle_problem *p, want *out, want *weights)
                 double mag = 0.0;
                 for (int64_t j = 0; j < Lk; j++) {
                     double bj;
-                    cls[j] = key_class(p->mask, b, h, i, j, Lq, Lk, &bj);
+                    cls[j] = key_class(km, b, h, i, j, Lq, Lk, &bj);
+                    if (cls[j] != KEY_HIDDEN &&
+                        terms_hidden(p->mask, p->terms, i, j, Lq, Lk))
+                        cls[j] = KEY_HIDDEN;
                     if (cls[j] == KEY_HIDDEN)
                         continue;
                     const double *k = p->k + ((b * Lk + j) * p->Hkv + hk) * d;
@@ -86,7 +95,8 @@ void oracle(const oracle_problem *p, want *out, want *weights)
                     double dabs = 0.0;
                     for (int64_t c = 0; c < d; c++)
                         dabs += fabs(q[c] * k[c]);
-                    double m = fabs(p->scale) * dabs + fabs(bj);
+                    double m = fabs(p->scale) * dabs + fabs(bj) +
+                               terms_alibi_mag(p->terms, b, h, i, j, Lq, Lk);
                     if (!(m <= 1e37)) /* floats cannot hold the scores */
                         row_may = 1;
                     mag = m > mag ? m : mag;
@@ -95,10 +105,29 @@ void oracle(const oracle_problem *p, want *out, want *weights)
                 const int64_t w_at = ((b * H + h) * Lq + i) * Lk;
                 want *orow = out + o_at;
                 want *wrow = weights ? weights + w_at : NULL;
+                want *lrow = p->lse ? p->lse + (b * H + h) * Lq + i : NULL;
                 if (nvis == 0) {
                     int kind = nneg && row_may ? WANT_ANY : WANT_ZERO;
-                    for (int64_t c = 0; c < dv; c++)
-                        orow[c] = (want){0.0, 0.0, kind};
+                    /* No key: lse is the sink's logit, or -inf. */
+                    double sink = p->terms && p->terms->sinks
+                                      ? (double)p->terms->sinks[h]
+                                      : -INFINITY;
+                    if (lrow)
+                        *lrow = (want){sink, 0.0,
+                                       kind == WANT_ANY ? WANT_ANY
+                                                        : WANT_EXACT};
+                    /* With a sink the row is not empty: masked keys of a
+                     * computed block get P = 0, and 0 x NaN or 0 x inf in
+                     * V reaches the output (mha.h's 0 x NaN caveat). */
+                    int sunk = p->terms && p->terms->sinks;
+                    for (int64_t c = 0; c < dv; c++) {
+                        int col_may = 0;
+                        for (int64_t j = 0; sunk && !STRICT_MASKED_V && j < Lk;
+                             j++)
+                            col_may |= flag_of(p->v[((b * Lk + j) * p->Hkv +
+                                                     hk) * dv + c]) != 0;
+                        orow[c] = (want){0.0, 0.0, col_may ? WANT_ANY : kind};
+                    }
                     for (int64_t j = 0; wrow && j < Lk; j++)
                         wrow[j] = (want){0.0, 0.0, kind};
                     continue;
@@ -116,6 +145,11 @@ void oracle(const oracle_problem *p, want *out, want *weights)
                 double slack = excess > 0 ? 2.0 * (double)(d + 4) *
                                                 UNIT_ROUNDOFF * excess
                                           : 0.0;
+                if (lrow)
+                    *lrow = (want){vl[(b * H + h) * Lq + i], slack,
+                                   row_nan   ? WANT_NAN
+                                   : row_may ? WANT_ANY
+                                             : WANT_CLOSE};
                 double out_slack = slack * vmax;
                 if (vmax > 1.0)
                     out_slack += (vmax - 1.0) * p->tol_abs;
@@ -152,6 +186,7 @@ void oracle(const oracle_problem *p, want *out, want *weights)
             }
     free(vo);
     free(vw);
+    free(vl);
     free(cls);
 }
 
@@ -207,11 +242,14 @@ void check_attention_outputs(const attention_case *c)
     size_t nout = (size_t)(B * Lq * H * dv), nw = (size_t)(B * H * Lq * Lk);
     want *wo = malloc(nout * sizeof *wo);
     want *ww = a->weights ? malloc((nw ? nw : 1) * sizeof *ww) : NULL;
-    if (!wo || (a->weights && !ww))
+    size_t nl = (size_t)(B * H * Lq);
+    want *wl = a->lse ? malloc(nl * sizeof *wl) : NULL;
+    if (!wo || (a->weights && !ww) || (a->lse && !wl))
         abort();
     double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)d);
     oracle_problem p = {B, Lq, Lk, H, a->k.heads, d, dv, q, k, v, a->mask,
-                        scale, 2.0 * sqrt((double)d) + 1.0, TOL_ATTN_ABS};
+                        scale, 2.0 * sqrt((double)d) + 1.0, TOL_ATTN_ABS,
+                        a->terms, wl};
     oracle(&p, wo, ww);
 
     const buffer *ob = &c->buf[B_OUT];
@@ -237,9 +275,13 @@ void check_attention_outputs(const attention_case *c)
     for (size_t i = 0; ww && i < nw; i++)
         check_value(&ww[i], a->weights + i, TOL_ATTN_ABS, TOL_ATTN_REL,
                     "weights", (long long)i);
+    for (size_t i = 0; wl && i < nl; i++)
+        check_value(&wl[i], a->lse + i, TOL_LSE_ABS, TOL_LSE_REL, "lse",
+                    (long long)i);
     free(inside);
     free(wo);
     free(ww);
+    free(wl);
     free(q);
     free(k);
     free(v);
@@ -298,7 +340,8 @@ void check_layer_outputs(const layer_case *c, const layer_pointers *lp)
         abort();
     oracle_problem p = {B, Lq, Lk, H, H, dh, dh, Q, K, V,
                         c->mb.use ? &c->mask : NULL, 1.0 / sqrt((double)dh),
-                        2.0 * sqrt((double)dh) + 1.0, TOL_LAYER_ABS};
+                        2.0 * sqrt((double)dh) + 1.0, TOL_LAYER_ABS, NULL,
+                        NULL};
     oracle(&p, cat, ww);
 
     const float *wo = w[D_OUT_W], *bo = d->out_proj_bias ? w[D_OUT_B] : NULL;

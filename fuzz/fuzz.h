@@ -148,6 +148,8 @@ typedef struct {
     double scale;
     double mag_unit; /* largest |score| the tolerances are stated for */
     double tol_abs;  /* for |v| <= 1; it grows with larger values */
+    const mha_score_terms *terms; /* NULL: none (terms.c) */
+    want *lse;                    /* [B, H, Lq] wanted, or NULL */
 } oracle_problem;
 
 enum { KEY_HIDDEN, KEY_NEG_INF, KEY_VISIBLE };

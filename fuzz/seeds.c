@@ -117,6 +117,26 @@ static void put_corruptions(bytes *o, const corruption *c, unsigned n)
     }
 }
 
+/* The 14 bytes of the terms, lse and scales (encoding.h, TF_* on), after
+ * the corruptions; all zero writes none (an input of before them). */
+typedef struct {
+    unsigned flags, odd, wl, wr, softcap, alibi, alibi_at, sinks, sinks_at;
+    unsigned koff, ktotal, kscale, vscale, scale_at;
+} terms_req;
+
+static void put_terms(bytes *o, const terms_req *t)
+{
+    const unsigned b[14] = {t->flags,  t->odd,      t->wl,     t->wr,
+                            t->softcap, t->alibi,   t->alibi_at, t->sinks,
+                            t->sinks_at, t->koff,   t->ktotal, t->kscale,
+                            t->vscale, t->scale_at};
+    unsigned any = 0;
+    for (int i = 0; i < 14; i++)
+        any |= b[i];
+    for (int i = 0; any && i < 14; i++)
+        put8(o, b[i]);
+}
+
 /* One attention request; zero fields take the defaults of attn(). */
 typedef struct {
     engine_req e;
@@ -132,6 +152,7 @@ typedef struct {
     unsigned nspec;
     corruption corrupt[4];
     unsigned ncorrupt;
+    terms_req t;
 } attn_req;
 
 static int64_t or_default(int64_t x, int64_t d) { return x ? x : d; }
@@ -162,6 +183,7 @@ static bytes attention_bytes(const attn_req *r)
     put8(&o, dtype_code(r->k) | dtype_code(r->v) << 3);
     put_specials(&o, r->spec, r->nspec);
     put_corruptions(&o, r->corrupt, r->ncorrupt);
+    put_terms(&o, &r->t);
     return o;
 }
 
@@ -280,6 +302,73 @@ enum { L_E, L_H, L_KDIM, L_VDIM, L_B, L_LQ, L_LK, L_NULL_QUERY,
 
 #define P62 ((int64_t)1 << 62)
 
+/* Score terms, lse and 8-bit K/V scales (fuzz/terms.c). */
+static void terms_seeds(void)
+{
+    const unsigned T = TF_TERMS | TF_LSE;
+    /* --- valid --- */
+    ATTN("terms-window-both-sides", .Lq = 12, .Lk = 20, .weights = 1,
+         .t = {.flags = T | TF_WINDOW, .wl = 3, .wr = 2});
+    ATTN("terms-window-left-top-left", .Lq = 9, .Lk = 43, .d = 16,
+         .mask = {M_ON, MHA_CAUSAL_TOP_LEFT, {0}, {0}, {0}},
+         .t = {.flags = T | TF_WINDOW | TF_TOP_LEFT, .wl = 5,
+               .wr = EXT_UNBOUNDED});
+    ATTN("terms-softcap-alibi-sinks", .B = 2, .Lq = 7, .Lk = 31, .Hkv = 2,
+         .group = 2, .d = 16, .dv = 8, .weights = 1,
+         .t = {.flags = T | TF_SOFTCAP | TF_ALIBI | TF_SINKS,
+               .softcap = SOFTCAP_20, .alibi = AL_PADDED | 2 << 2,
+               .sinks = SV_RANDOM});
+    ATTN("terms-sinks-fully-masked", .Lq = 5, .Lk = 7, .weights = 1,
+         .mask = {M_KEEP, 0, {0, 0, 255}, {0}, {0}},
+         .t = {.flags = T | TF_SINKS, .sinks = SV_DOMINANT});
+    ATTN("terms-key-offset-shard", .Lq = 6, .Lk = 11, .weights = 1,
+         .mask = {M_ON, MHA_CAUSAL_BOTTOM_RIGHT, {0}, {0}, {0}},
+         .t = {.flags = T | TF_SHARD | TF_ALIBI | TF_WINDOW, .koff = 7,
+               .ktotal = 5, .wl = 8, .wr = EXT_UNBOUNDED,
+               .alibi = AL_BROADCAST | AV_RANDOM << 5});
+    ATTN("scales-i8-per-row", .k = MHA_I8, .v = MHA_I8, .B = 2, .Lq = 5,
+         .Lk = 23, .Hkv = 2, .d = 12, .dv = 6, .weights = 1,
+         .t = {.flags = TF_LSE, .kscale = SC_ROW_BSH, .vscale = SC_ROW_BHS});
+    ATTN("scales-fp8-per-head", .k = MHA_FP8_E4M3, .v = MHA_FP8_E5M2,
+         .Lq = 4, .Lk = 37, .Hkv = 2, .group = 2, .d = 24, .dv = 8,
+         .t = {.flags = T | TF_SOFTCAP, .softcap = SOFTCAP_5,
+               .kscale = SC_HEAD, .vscale = SC_HEAD | 1 << 3});
+    ATTN("scales-i8-per-tensor-padded", .k = MHA_I8, .v = MHA_FP8_E4M3,
+         .Lq = 3, .Lk = 17,
+         .t = {.kscale = SC_TENSOR, .vscale = SC_ROW_PADDED | 2 << 3});
+    /* --- invalid --- */
+    ATTN("bad-terms-window-left", .t = {.flags = T | TF_WINDOW,
+                                        .wl = EXT_MINUS2,
+                                        .wr = EXT_UNBOUNDED});
+    ATTN("bad-terms-window-flag", .t = {.flags = T, .odd = TO_WINDOW_2});
+    ATTN("bad-terms-align", .t = {.flags = T, .odd = TO_ALIGN_2});
+    ATTN("bad-terms-softcap-nan", .t = {.flags = T | TF_SOFTCAP,
+                                        .softcap = SOFTCAP_NAN});
+    ATTN("bad-terms-softcap-negative", .t = {.flags = T | TF_SOFTCAP,
+                                             .softcap = SOFTCAP_MINUS1});
+    ATTN("bad-terms-alibi-nan", .B = 2, .group = 3,
+         .t = {.flags = T | TF_ALIBI, .alibi = AL_PACKED | AV_NAN << 5,
+               .alibi_at = 4});
+    ATTN("bad-terms-alibi-stride", .t = {.flags = T | TF_ALIBI,
+                                         .alibi = AL_NEGATIVE});
+    ATTN("bad-terms-key-total", .t = {.flags = T | TF_SHARD, .koff = 3,
+                                      .ktotal = TOT_SHORT});
+    ATTN("bad-terms-key-offset", .t = {.flags = T | TF_SHARD,
+                                       .koff = OFF_MINUS1});
+    ATTN("bad-terms-sinks-nan", .group = 2,
+         .t = {.flags = T | TF_SINKS, .sinks = SV_NAN, .sinks_at = 1});
+    ATTN("bad-scale-zero", .k = MHA_I8,
+         .t = {.kscale = SC_TENSOR | SCV_ZERO << 5});
+    ATTN("bad-scale-nan", .v = MHA_FP8_E4M3, .B = 2,
+         .t = {.vscale = SC_ROW_BSH | SCV_NAN << 5, .scale_at = 9});
+    ATTN("bad-scale-inf", .k = MHA_FP8_E5M2, .Hkv = 2,
+         .t = {.kscale = SC_HEAD | SCV_INF << 5, .scale_at = 1});
+    ATTN("bad-scale-stride", .k = MHA_I8, .v = MHA_I8,
+         .t = {.kscale = SC_ROW_BSH, .vscale = SC_NEGATIVE | 1 << 3});
+    ATTN("bad-scales-on-float", .k = MHA_F16,
+         .t = {.kscale = SC_TENSOR | 3 << 3});
+}
+
 static void attention_seeds(const mask_req *all_masks, const special *sp,
                             unsigned nsp)
 {
@@ -383,6 +472,7 @@ static void attention_seeds(const mask_req *all_masks, const special *sp,
     ATTN("huge-mask-stride", .B = 2, .mask = {M_BIAS, 0, {0}, {0}, {0}},
          CORRUPT({C_BIAS, P62, 0}));
     ATTN("huge-raw-size", CORRUPT({C_Q + F_DIM, INT64_MIN + 5, 1}));
+    terms_seeds();
 #undef LAYOUTS4
 }
 

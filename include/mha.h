@@ -274,7 +274,10 @@ typedef enum mha_align {
  * sinks[h] is a logit of head h that joins every row's softmax denominator
  * and contributes no value (gpt-oss): P_j = exp(x_j) / (sum_k exp(x_k) +
  * exp(sink)). A row whose keys are all masked then yields zeros and its
- * log-sum-exp is the sink; weights rows sum to less than 1 (the sink's
+ * log-sum-exp is the sink (a NaN or infinity in V at a masked key of a
+ * computed key block reaches it through 0 x NaN, as for any row with a
+ * sink: key blocks skipped by lengths, causal masks and windows are never
+ * read); weights rows sum to less than 1 (the sink's
  * share is not a key's). Invalid values (negative extents other than -1,
  * a softcap that is negative or not finite, non-finite slopes or sinks,
  * a window flag or align outside its enum) are refused with a message
