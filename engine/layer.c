@@ -10,8 +10,12 @@
 struct mha_layer {
     const mha_engine *engine;
     int64_t e, heads, kdim, vdim;
+    /* The heads computed: all (first 0, count heads) or a shard's; width
+     * = count * head dim is what q, k, v project to. */
+    int64_t first, count, width;
+    int shard; /* shard_heads given: no out bias, no averaged weights */
     float *w[4]; /* packed q, k, v, out projections */
-    float *b[4]; /* their biases, or NULL */
+    float *b[4]; /* their biases, or NULL (a shard has no out bias) */
 };
 
 enum { PQ, PK, PV, PO };
@@ -39,6 +43,29 @@ static mha_status check_dim(int64_t v, const char *name)
     return MHA_OK;
 }
 
+/* The shard's heads: [first, first + count) of h. */
+static mha_status check_shard(const mha_layer_desc *desc, int64_t h,
+                              int64_t *first, int64_t *count)
+{
+    *first = desc->shard_first;
+    *count = desc->shard_heads ? desc->shard_heads : h;
+    if (desc->shard_heads < 0 || desc->shard_first < 0)
+        return mha_fail(MHA_ERR_BAD_SHAPE, "desc.%s (%lld) is negative",
+                        desc->shard_heads < 0 ? "shard_heads" : "shard_first",
+                        (long long)(desc->shard_heads < 0 ? desc->shard_heads
+                                                          : desc->shard_first));
+    if (!desc->shard_heads && desc->shard_first)
+        return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                        "desc.shard_first (%lld) without desc.shard_heads",
+                        (long long)desc->shard_first);
+    if (*first > h - *count)
+        return mha_fail(MHA_ERR_BAD_SHAPE,
+                        "desc.shard_first (%lld) + desc.shard_heads (%lld) "
+                        "exceed desc.num_heads (%lld)",
+                        (long long)*first, (long long)*count, (long long)h);
+    return MHA_OK;
+}
+
 mha_status mha_layer_create(const mha_engine *engine,
                             const mha_layer_desc *desc, mha_layer **layer)
 {
@@ -48,11 +75,13 @@ mha_status mha_layer_create(const mha_engine *engine,
     int64_t e = desc->embed_dim, h = desc->num_heads;
     int64_t kdim = desc->kdim ? desc->kdim : e;
     int64_t vdim = desc->vdim ? desc->vdim : e;
+    int64_t first, count;
     mha_status st;
     if ((st = check_dim(e, "embed_dim")) != MHA_OK ||
         (st = check_dim(h, "num_heads")) != MHA_OK ||
         (st = check_dim(kdim, "kdim")) != MHA_OK ||
-        (st = check_dim(vdim, "vdim")) != MHA_OK)
+        (st = check_dim(vdim, "vdim")) != MHA_OK ||
+        (st = check_shard(desc, h, &first, &count)) != MHA_OK)
         return st;
     if (e % h != 0)
         return mha_fail(MHA_ERR_BAD_SHAPE,
@@ -61,17 +90,26 @@ mha_status mha_layer_create(const mha_engine *engine,
                         (long long)h, (long long)e);
     if (!desc->out_proj_weight)
         return mha_fail(MHA_ERR_NULL_POINTER, "desc.out_proj_weight is NULL");
-    const float *src[4];
-    const int64_t in[4] = {e, kdim, vdim, e};
+    int64_t d = e / h, w = count * d;
+    /* Projection i maps in[i] features to n[i]: q, k, v to the shard's
+     * width, out from it back to e. Sliced weights are packed [n, in];
+     * full ones are the shard's rows (q, k, v) or columns (out) of the
+     * layer's, at row stride ld. */
+    const int sliced = desc->shard_sliced != 0;
+    const int64_t in[4] = {e, kdim, vdim, w}, n[4] = {w, w, w, e};
     const char *in_name[4] = {"embed_dim", "kdim", "vdim", "embed_dim"};
     int64_t check;
     for (int i = 0; i < 4; i++)
-        if (!mha_mul_ok(e, in[i], &check) ||
+        if (!mha_mul_ok(e, i < 3 ? in[i] : e, &check) ||
             !mha_mul_ok(check, 3 * (int64_t)sizeof(float), &check))
             return mha_fail(MHA_ERR_OVERFLOW,
                             "projection weights of desc.embed_dim (%lld) x "
                             "desc.%s (%lld) overflow",
-                            (long long)e, in_name[i], (long long)in[i]);
+                            (long long)e, in_name[i],
+                            (long long)(i < 3 ? in[i] : e));
+    const float *src[4];
+    ptrdiff_t ld[4] = {e, kdim, vdim, sliced ? w : e};
+    const int64_t row0 = sliced ? 0 : first * d; /* the shard's first row */
     if (desc->in_proj_weight) {
         if (desc->q_proj_weight || desc->k_proj_weight || desc->v_proj_weight)
             return mha_fail(MHA_ERR_BAD_ARGUMENT,
@@ -83,7 +121,8 @@ mha_status mha_layer_create(const mha_engine *engine,
                             "(%lld) equal to embed_dim (%lld)",
                             (long long)kdim, (long long)vdim, (long long)e);
         for (int i = 0; i < 3; i++)
-            src[i] = desc->in_proj_weight + i * e * e;
+            src[i] = desc->in_proj_weight +
+                     (i * (sliced ? w : e) + row0) * e;
     } else {
         if (!desc->q_proj_weight || !desc->k_proj_weight ||
             !desc->v_proj_weight)
@@ -92,11 +131,17 @@ mha_status mha_layer_create(const mha_engine *engine,
                             !desc->q_proj_weight   ? "q_proj_weight"
                             : !desc->k_proj_weight ? "k_proj_weight"
                                                    : "v_proj_weight");
-        src[0] = desc->q_proj_weight;
-        src[1] = desc->k_proj_weight;
-        src[2] = desc->v_proj_weight;
+        src[0] = desc->q_proj_weight + row0 * e;
+        src[1] = desc->k_proj_weight + row0 * kdim;
+        src[2] = desc->v_proj_weight + row0 * vdim;
     }
-    src[3] = desc->out_proj_weight;
+    src[3] = desc->out_proj_weight + row0; /* columns of [E, E] */
+    const float *bias[4] = {NULL, NULL, NULL, NULL};
+    if (desc->in_proj_bias)
+        for (int i = 0; i < 3; i++)
+            bias[i] = desc->in_proj_bias + i * (sliced ? w : e) + row0;
+    if (!desc->shard_heads)
+        bias[3] = desc->out_proj_bias;
 
     const mk_table *t = &engine->kernels;
     mha_layer *l = mha_alloc(sizeof *l);
@@ -105,22 +150,20 @@ mha_status mha_layer_create(const mha_engine *engine,
     memset(l, 0, sizeof *l);
     l->engine = engine;
     l->e = e, l->heads = h, l->kdim = kdim, l->vdim = vdim;
+    l->first = first, l->count = count, l->width = w;
+    l->shard = desc->shard_heads != 0;
     for (int i = 0; i < 4; i++) {
-        l->w[i] = mha_alloc(t->packed_floats(e, in[i]) * sizeof(float));
-        const float *bias = i < 3 ? (desc->in_proj_bias
-                                         ? desc->in_proj_bias + i * e
-                                         : NULL)
-                                  : desc->out_proj_bias;
-        if (bias)
-            l->b[i] = mha_alloc((size_t)e * sizeof(float));
-        if (!l->w[i] || (bias && !l->b[i])) {
+        l->w[i] = mha_alloc(t->packed_floats(n[i], in[i]) * sizeof(float));
+        if (bias[i])
+            l->b[i] = mha_alloc((size_t)n[i] * sizeof(float));
+        if (!l->w[i] || (bias[i] && !l->b[i])) {
             mha_layer_destroy(l);
             return mha_fail(MHA_ERR_OUT_OF_MEMORY,
                             "layer weights allocation failed");
         }
-        t->pack(src[i], in[i], e, in[i], l->w[i]);
-        if (bias)
-            memcpy(l->b[i], bias, (size_t)e * sizeof(float));
+        t->pack(src[i], ld[i], n[i], in[i], l->w[i]);
+        if (bias[i])
+            memcpy(l->b[i], bias[i], (size_t)n[i] * sizeof(float));
     }
     *layer = l;
     return MHA_OK;
@@ -199,6 +242,29 @@ mha_status mha_layer_forward(const mha_layer *layer, const float *query,
     return mha_layer_forward_ex(layer, &a);
 }
 
+/* The full layer's per-head arrays seen from a shard: its heads' entries
+ * become heads 0.. of the shard's problem. */
+static void shard_heads_of(const mha_layer *l, const mha_mask *mask,
+                           const mha_score_terms *terms, mha_mask *m,
+                           mha_score_terms *t)
+{
+    int64_t f = l->first;
+    if (mask) {
+        *m = *mask;
+        if (m->keep)
+            m->keep += f * m->keep_stride_head;
+        if (m->bias)
+            m->bias += f * m->bias_stride_head;
+    }
+    if (terms) {
+        *t = *terms;
+        if (t->alibi_slopes)
+            t->alibi_slopes += f;
+        if (t->sinks)
+            t->sinks += f;
+    }
+}
+
 mha_status mha_layer_forward_ex(const mha_layer *layer,
                                 const mha_layer_args *args)
 {
@@ -220,18 +286,23 @@ mha_status mha_layer_forward_ex(const mha_layer *layer,
         if (sizes[i] <= 0)
             return mha_fail(MHA_ERR_BAD_SHAPE, "%s (%lld) must be positive",
                             names[i], (long long)sizes[i]);
-    int64_t e = layer->e, h = layer->heads;
+    int64_t e = layer->e, h = layer->count, w = layer->width;
+    if (args->weights && args->average_weights && layer->shard)
+        return mha_fail(MHA_ERR_UNSUPPORTED,
+                        "average_weights over a shard of the heads: ask "
+                        "for per-head weights");
     /* The workspace (projected q, k, v, the heads' outputs and, for
      * averaged weights, the per-head weights) and the element counts the
      * views below are built from; the views' own byte extents are checked
      * with them. */
-    int64_t nq, nkv, nout, total, twice_out, nw = 0;
+    int64_t nq, nkv, nout, nw_q, total, twice_q, nw = 0;
     if (!mha_mul_ok(batch, lq, &nq) || !mha_mul_ok(nq, e, &nout) ||
+        !mha_mul_ok(nq, w, &nw_q) ||
         !mha_mul_ok(batch, lk, &nkv) || !mha_mul_ok(nkv, layer->kdim, &total) ||
         !mha_mul_ok(nkv, layer->vdim, &total) ||
-        !mha_mul_ok(nkv, e, &total) || !mha_mul_ok(total, 2, &total) ||
-        !mha_mul_ok(nout, 2, &twice_out) ||
-        !mha_add_ok(total, twice_out, &total) ||
+        !mha_mul_ok(nkv, w, &total) || !mha_mul_ok(total, 2, &total) ||
+        !mha_mul_ok(nw_q, 2, &twice_q) ||
+        !mha_add_ok(total, twice_q, &total) ||
         (args->weights && args->average_weights &&
          (!mha_mul_ok(nq, h, &nw) || !mha_mul_ok(nw, lk, &nw) ||
           !mha_add_ok(total, nw, &total))) ||
@@ -261,17 +332,21 @@ mha_status mha_layer_forward_ex(const mha_layer *layer,
                      vv = strided(value, batch, lk, layer->vdim, rv),
                      vo = strided(out, batch, lq, e, ro);
     int average = args->weights && args->average_weights;
+    mha_mask shard_mask;
+    mha_score_terms shard_terms;
+    shard_heads_of(layer, args->mask, args->terms, &shard_mask, &shard_terms);
     mha_views views = {3, {&vq, &vk, &vv}, {"query", "key", "value"}, &vo,
-                       "out", args->weights, args->mask,
-                       batch, h, lq, lk, args->terms, args->lse, average,
-                       nq * lk, nq * h, 0};
+                       "out", args->weights,
+                       args->mask ? &shard_mask : NULL,
+                       batch, h, lq, lk, args->terms ? &shard_terms : NULL,
+                       args->lse, average, nq * lk, nq * h, 0};
     mha_mask m;
     mha_score_terms terms;
     if ((st = mha_check_views(&views)) != MHA_OK ||
         (st = mha_check_outputs(&views, &m, &terms)) != MHA_OK)
         return st;
 
-    int64_t d = e / h;
+    int64_t d = w / h;
     /* Placeholder pointers: the plan reads shapes and strides only. */
     const mha_tensor hq = view(query, batch, lq, h, d),
                      hk = view(query, batch, lk, h, d),
@@ -293,23 +368,23 @@ mha_status mha_layer_forward_ex(const mha_layer *layer,
         return mha_fail(MHA_ERR_OUT_OF_MEMORY,
                         "layer workspace of %zu bytes",
                         buffers + scratch_bytes);
-    float *qp = mem, *kp = qp + nout, *vp = kp + nkv * e, *cat = vp + nkv * e;
-    float *wh = cat + nout; /* per-head weights to average, nw floats */
+    float *qp = mem, *kp = qp + nw_q, *vp = kp + nkv * w, *cat = vp + nkv * w;
+    float *wh = cat + nw_q; /* per-head weights to average, nw floats */
     void *scratch = (char *)mem + buffers;
 
     const mha_engine *en = layer->engine;
-    const rows_of packed_q = {lq * e, e}, packed_kv = {lk * e, e};
-    project(en, query, rq, batch, lq, e, layer->w[PQ], layer->b[PQ], e, qp,
+    const rows_of packed_q = {lq * w, w}, packed_kv = {lk * w, w};
+    project(en, query, rq, batch, lq, e, layer->w[PQ], layer->b[PQ], w, qp,
             packed_q);
     project(en, key, rk, batch, lk, layer->kdim, layer->w[PK], layer->b[PK],
-            e, kp, packed_kv);
+            w, kp, packed_kv);
     project(en, value, rv, batch, lk, layer->vdim, layer->w[PV],
-            layer->b[PV], e, vp, packed_kv);
+            layer->b[PV], w, vp, packed_kv);
     p.q = qp, p.k = kp, p.v = vp, p.out = cat;
     if (average)
         p.weights = wh;
     mha_attention_run(&en->kernels, &p, &pl, scratch);
-    project(en, cat, packed_q, batch, lq, e, layer->w[PO], layer->b[PO], e,
+    project(en, cat, packed_q, batch, lq, w, layer->w[PO], layer->b[PO], e,
             out, ro);
     if (average) {
         /* PyTorch's average_attn_weights: the heads' mean, summed in head

@@ -455,6 +455,25 @@ typedef struct mha_layer_desc {
     const float *in_proj_bias;
     const float *out_proj_weight; /* [E, E], required */
     const float *out_proj_bias;
+    /* A shard of the layer (Megatron's tensor-parallel head sharding, what
+     * mha_mpi.h builds on): the layer computes only heads [shard_first,
+     * shard_first + shard_heads) of num_heads. Zero shard_heads: every head
+     * (shard_first must be 0). With shard_sliced zero the weights above are
+     * the full layer's and the shard takes its rows of the q/k/v
+     * projections and its columns of out_proj_weight; with shard_sliced
+     * nonzero they are already the shard's own slices, W = shard_heads * E
+     * / num_heads wide: in_proj_weight [3W, E] (or [W, E], [W, kdim],
+     * [W, vdim]), in_proj_bias [3W], out_proj_weight [E, W]. A shard's
+     * forward (shard_heads nonzero, even when it is num_heads) writes its
+     * heads' share of the output projection without
+     * out_proj_bias: the layer's output is the sum of its shards' outputs
+     * plus out_proj_bias. Arrays with a head axis (mask keep and bias,
+     * alibi_slopes, sinks) stay the full layer's: a shard reads its own
+     * heads' entries; weights and lse outputs cover its own heads only,
+     * [B, shard_heads, ...] (average_weights is refused). */
+    int64_t shard_first;
+    int64_t shard_heads;
+    int shard_sliced;
 } mha_layer_desc;
 
 typedef struct mha_layer mha_layer;

@@ -588,6 +588,18 @@ static void c_kdim_huge(create_call *c)
     d->q_proj_weight = d->k_proj_weight = d->v_proj_weight = c->f->in_w;
     d->kdim = HUGE_STRIDE;
 }
+static void c_shard_neg(create_call *c) { c->f->desc.shard_heads = -1; }
+static void c_shard_first_only(create_call *c) { c->f->desc.shard_first = 1; }
+static void c_shard_past(create_call *c)
+{
+    c->f->desc.shard_first = LH - 1;
+    c->f->desc.shard_heads = 2;
+}
+static void c_shard_first_neg(create_call *c)
+{
+    c->f->desc.shard_first = -1;
+    c->f->desc.shard_heads = 1;
+}
 
 static const create_bad LAYER_CREATE_BAD[] = {
     {{"engine NULL", MHA_ERR_NULL_POINTER, "engine"}, c_engine_null},
@@ -612,6 +624,13 @@ static const create_bad LAYER_CREATE_BAD[] = {
       "embed_dim|desc.embed_dim"}, c_embed_huge},
     {{"kdim 2^62: weight bytes overflow", MHA_ERR_OVERFLOW,
       "kdim|desc.kdim"}, c_kdim_huge},
+    {{"shard_heads -1", MHA_ERR_BAD_SHAPE, "desc.shard_heads"}, c_shard_neg},
+    {{"shard_first -1", MHA_ERR_BAD_SHAPE, "desc.shard_first"},
+     c_shard_first_neg},
+    {{"shard_first without shard_heads", MHA_ERR_BAD_ARGUMENT,
+      "desc.shard_first"}, c_shard_first_only},
+    {{"shard past the last head", MHA_ERR_BAD_SHAPE, "desc.shard_heads"},
+     c_shard_past},
 };
 #define N_LAYER_CREATE_BAD \
     ((int)(sizeof LAYER_CREATE_BAD / sizeof LAYER_CREATE_BAD[0]))
@@ -796,6 +815,32 @@ START_TEST(layer_average_weights_overlap_mask)
 }
 END_TEST
 
+/* A shard's output leaves out the other heads: averaging its weights over
+ * all heads is refused, nothing written. */
+START_TEST(layer_shard_refuses_average_weights)
+{
+    mha_isa isas[TEST_MAX_ISAS];
+    int n_isa = available_isas(isas);
+    const expectation e = {"averaged weights of a shard", MHA_ERR_UNSUPPORTED,
+                           "average_weights"};
+    for (int t = 0; t < n_isa; t++) {
+        layer_case lc;
+        layer_case_open(&lc, isas[t]);
+        layer_fixture *f = &lc.f;
+        mha_layer_destroy(lc.layer);
+        f->desc.shard_heads = 1;
+        ck_assert_int_eq(mha_layer_create(lc.engine, &f->desc, &lc.layer),
+                         MHA_OK);
+        mha_layer_args a = {.query = f->query, .key = f->key,
+                            .value = f->value, .out = f->out, .batch = LB,
+                            .lq = LLQ, .lk = LLK, .weights = f->w,
+                            .average_weights = 1};
+        layer_case_snap(&lc);
+        layer_case_close(&lc, mha_layer_forward_ex(lc.layer, &a), &e, isas[t]);
+    }
+}
+END_TEST
+
 Suite *suite_errors(void)
 {
     Suite *s = suite_create("errors");
@@ -809,6 +854,7 @@ Suite *suite_errors(void)
     tcase_add_loop_test(tc, layer_create_bad_input, 0, N_LAYER_CREATE_BAD);
     tcase_add_loop_test(tc, layer_forward_bad_input, 0, N_LAYER_FORWARD_BAD);
     tcase_add_test(tc, layer_average_weights_overlap_mask);
+    tcase_add_test(tc, layer_shard_refuses_average_weights);
     errors_add_allocation_tests(tc);
     errors_add_varlen_tests(tc);
     suite_add_tcase(s, tc);

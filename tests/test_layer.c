@@ -261,12 +261,162 @@ START_TEST(worked_padding_mask)
 }
 END_TEST
 
+/* The full layer's weights of shard (first, count), as a caller who
+ * slices a state dict by hand would give them (shard_sliced). */
+static void slice_desc(const layer_problem *p, const layer_case *c,
+                       int64_t first, int64_t count, float *sl[6],
+                       mha_layer_desc *d)
+{
+    const int64_t E = c->e, dh = E / c->h, w = count * dh, r0 = first * dh;
+    const int64_t kdim = c->kdim ? c->kdim : E, vdim = c->vdim ? c->vdim : E;
+    const int64_t in[3] = {E, kdim, vdim};
+    *d = p->desc;
+    d->shard_first = first, d->shard_heads = count, d->shard_sliced = 1;
+    memset(sl, 0, 6 * sizeof *sl);
+    if (c->packed) {
+        sl[0] = test_alloc((size_t)(3 * w * E) * sizeof(float));
+        for (int i = 0; i < 3; i++)
+            memcpy(sl[0] + i * w * E, p->w[0] + (i * E + r0) * E,
+                   (size_t)(w * E) * sizeof(float));
+        d->in_proj_weight = sl[0];
+    } else {
+        for (int i = 0; i < 3; i++) {
+            sl[i] = test_alloc((size_t)(w * in[i]) * sizeof(float));
+            memcpy(sl[i], p->w[i] + r0 * in[i],
+                   (size_t)(w * in[i]) * sizeof(float));
+        }
+        d->q_proj_weight = sl[0], d->k_proj_weight = sl[1];
+        d->v_proj_weight = sl[2];
+    }
+    sl[3] = test_alloc((size_t)(E * w) * sizeof(float));
+    for (int64_t r = 0; r < E; r++)
+        memcpy(sl[3] + r * w, p->w[3] + r * E + r0,
+               (size_t)w * sizeof(float));
+    d->out_proj_weight = sl[3];
+    if (c->in_bias) {
+        sl[4] = test_alloc((size_t)(3 * w) * sizeof(float));
+        for (int i = 0; i < 3; i++)
+            memcpy(sl[4] + i * w, p->w[4] + i * E + r0,
+                   (size_t)w * sizeof(float));
+        d->in_proj_bias = sl[4];
+    }
+}
+
+/* Shards (tensor-parallel head slices): the layer cut into shards of
+ * uneven head counts, from the full weights and from hand-sliced ones,
+ * with per-head bias mask, ALiBi slopes and sinks. Summed in shard order
+ * plus out_proj_bias, their outputs are the full layer's (TOL_LAYER);
+ * each shard's weights and lse are the full layer's rows of its heads. */
+START_TEST(layer_shards_sum_to_layer)
+{
+    const layer_case *c = &CASES[_i % N_CASES];
+    const int sliced = _i >= N_CASES;
+    layer_problem p;
+    make_problem(c, 900 + (uint64_t)_i, &p);
+    const int64_t B = c->b, H = c->h, Lq = c->lq, Lk = c->lk, E = c->e;
+    test_rng r;
+    rng_seed(&r, 33 + (uint64_t)_i);
+    float *bias = random_floats(&r, (size_t)(H * Lq * Lk));
+    float *slopes = random_floats(&r, (size_t)H);
+    float *sinks = random_floats(&r, (size_t)H);
+    mha_mask m = c->mask ? p.mask : (mha_mask){0};
+    m.bias = bias, m.bias_stride_head = Lq * Lk, m.bias_stride_query = Lk;
+    mha_score_terms terms = {.alibi_slopes = slopes, .sinks = sinks};
+    const size_t n_out = (size_t)(B * Lq * E), n_w = (size_t)(B * H * Lq * Lk);
+    float *full = test_alloc(n_out * sizeof *full);
+    float *full_w = test_alloc(n_w * sizeof *full_w);
+    float *full_lse = test_alloc((size_t)(B * H * Lq) * sizeof *full_lse);
+    float *part = test_alloc(n_out * sizeof *part);
+    float *part_w = test_alloc(n_w * sizeof *part_w);
+    float *part_lse = test_alloc((size_t)(B * H * Lq) * sizeof *part_lse);
+    double *sum = test_alloc(n_out * sizeof *sum);
+    double *want_w = test_alloc(n_w * sizeof *want_w);
+    double *want_lse = test_alloc((size_t)(B * H * Lq) * sizeof *want_lse);
+    mha_isa isas[TEST_MAX_ISAS];
+    int n_isa = available_isas(isas);
+    for (int t = 0; t < n_isa; t++) {
+        const char *isa = mha_isa_name(isas[t]);
+        mha_engine *en = make_engine(isas[t], 0);
+        mha_layer *layer;
+        ck_assert_int_eq(mha_layer_create(en, &p.desc, &layer), MHA_OK);
+        mha_layer_args a = {.query = p.query, .key = p.key, .value = p.value,
+                            .out = full, .batch = B, .lq = Lq, .lk = Lk,
+                            .mask = &m, .terms = &terms, .weights = full_w,
+                            .lse = full_lse};
+        ck_assert_msg(mha_layer_forward_ex(layer, &a) == MHA_OK, "%s",
+                      mha_last_error());
+        mha_layer_destroy(layer);
+        /* Shards of 1, 2, 1, 2, ... heads (the last takes what is left). */
+        for (size_t i = 0; i < n_out; i++)
+            sum[i] = p.desc.out_proj_bias ? p.desc.out_proj_bias[i % E] : 0;
+        for (int64_t first = 0, k = 0; first < H; k++) {
+            int64_t count = (k % 2) + 1;
+            if (count > H - first)
+                count = H - first;
+            mha_layer_desc d = p.desc;
+            float *sl[6] = {0};
+            if (sliced)
+                slice_desc(&p, c, first, count, sl, &d);
+            d.shard_first = first, d.shard_heads = count;
+            mha_status st = mha_layer_create(en, &d, &layer);
+            ck_assert_msg(st == MHA_OK, "%s [%s] shard %lld+%lld: %s",
+                          c->name, isa, (long long)first, (long long)count,
+                          mha_last_error());
+            for (int i = 0; i < 6; i++)
+                if (sl[i])
+                    fill_sentinel(sl[i], 1); /* copied at creation */
+            a.out = part, a.weights = part_w, a.lse = part_lse;
+            st = mha_layer_forward_ex(layer, &a);
+            ck_assert_msg(st == MHA_OK, "%s [%s] shard forward: %s", c->name,
+                          isa, mha_last_error());
+            for (size_t i = 0; i < n_out; i++)
+                sum[i] += part[i];
+            /* The shard's [B, count, Lq, Lk] against the full layer's. */
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t x = 0; x < count * Lq * Lk; x++)
+                    want_w[b * count * Lq * Lk + x] =
+                        full_w[(b * H + first) * Lq * Lk + x];
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t x = 0; x < count * Lq; x++)
+                    want_lse[b * count * Lq + x] =
+                        full_lse[(b * H + first) * Lq + x];
+            ck_assert_msg(tol_ratio(part_w, want_w, (size_t)(B * count * Lq * Lk),
+                                    TOL_LAYER_ABS, TOL_LAYER_REL, NULL) <= 1.0,
+                          "%s [%s] shard %lld+%lld: weights differ from the "
+                          "layer's heads", c->name, isa, (long long)first,
+                          (long long)count);
+            ck_assert_msg(tol_ratio(part_lse, want_lse, (size_t)(B * count * Lq),
+                                    TOL_LAYER_ABS, TOL_LAYER_REL, NULL) <= 1.0,
+                          "%s [%s] shard %lld+%lld: lse differs", c->name,
+                          isa, (long long)first, (long long)count);
+            mha_layer_destroy(layer);
+            for (int i = 0; i < 6; i++)
+                free(sl[i]);
+            first += count;
+        }
+        size_t worst;
+        double ratio = tol_ratio(full, sum, n_out, TOL_LAYER_ABS,
+                                 TOL_LAYER_REL, &worst);
+        ck_assert_msg(ratio <= 1.0,
+                      "%s [%s]%s: layer out[%zu] = %.9g, shards sum to %.9g",
+                      c->name, isa, sliced ? " sliced" : "", worst,
+                      (double)full[worst], sum[worst]);
+        mha_engine_destroy(en);
+    }
+    free(bias), free(slopes), free(sinks), free(full), free(full_w);
+    free(full_lse), free(part), free(part_w), free(part_lse), free(sum);
+    free(want_w), free(want_lse);
+    free_problem(&p);
+}
+END_TEST
+
 Suite *suite_layer(void)
 {
     Suite *s = suite_create("layer");
     TCase *tc = tcase_create("layer");
     tcase_add_loop_test(tc, layer_case_vs_oracle, 0, N_CASES);
     tcase_add_test(tc, worked_padding_mask);
+    tcase_add_loop_test(tc, layer_shards_sum_to_layer, 0, 2 * N_CASES);
     suite_add_tcase(s, tc);
     return s;
 }
