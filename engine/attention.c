@@ -163,6 +163,23 @@ mha_status mha_attention_solve(const mha_engine *engine, const mha_problem *p)
     return MHA_OK;
 }
 
+mha_status mha_attention_plan_check(const mha_engine *engine,
+                                    const mha_problem *p)
+{
+    mha_plan pl;
+    return mha_plan_make(engine, p, &pl);
+}
+
+mha_status mha_attention_check(const mha_engine *engine,
+                               const mha_attention_args *args)
+{
+    if (!engine)
+        return mha_fail(MHA_ERR_NULL_POINTER, "engine is NULL");
+    mha_problem p;
+    mha_status st = mha_validate_attention(args, &p);
+    return st != MHA_OK ? st : mha_attention_plan_check(engine, &p);
+}
+
 mha_status mha_attention(const mha_engine *engine,
                          const mha_attention_args *args)
 {

@@ -180,5 +180,9 @@ typedef struct mha_plan mha_plan;
  * memory, reported before anything is written. */
 mha_status mha_attention_solve(const mha_engine *engine,
                                const mha_problem *p);
+/* The solve's checks alone (the plan's sizes), nothing run: the *_check
+ * functions. */
+mha_status mha_attention_plan_check(const mha_engine *engine,
+                                    const mha_problem *problem);
 
 #endif

@@ -265,8 +265,19 @@ static void shard_heads_of(const mha_layer *l, const mha_mask *mask,
     }
 }
 
-mha_status mha_layer_forward_ex(const mha_layer *layer,
-                                const mha_layer_args *args)
+/* A forward's validated request: its problem and plan over the layer's
+ * projection buffers, and the sizes the workspace is cut from. */
+typedef struct {
+    mha_problem p;
+    mha_plan pl;
+    rows_of rq, rk, rv, ro;
+    int64_t nkv, nw_q, total;
+    int average;
+} layer_call;
+
+/* Everything mha_layer_forward_ex checks, nothing written. */
+static mha_status layer_prepare(const mha_layer *layer,
+                                const mha_layer_args *args, layer_call *c)
 {
     if (!layer || !args)
         return mha_fail(MHA_ERR_NULL_POINTER, "%s is NULL",
@@ -295,43 +306,43 @@ mha_status mha_layer_forward_ex(const mha_layer *layer,
      * averaged weights, the per-head weights) and the element counts the
      * views below are built from; the views' own byte extents are checked
      * with them. */
-    int64_t nq, nkv, nout, nw_q, total, twice_q, nw = 0;
+    int64_t nq, nout, twice_q, nw = 0, *nkv = &c->nkv, *nw_q = &c->nw_q,
+            *total = &c->total;
     if (!mha_mul_ok(batch, lq, &nq) || !mha_mul_ok(nq, e, &nout) ||
-        !mha_mul_ok(nq, w, &nw_q) ||
-        !mha_mul_ok(batch, lk, &nkv) || !mha_mul_ok(nkv, layer->kdim, &total) ||
-        !mha_mul_ok(nkv, layer->vdim, &total) ||
-        !mha_mul_ok(nkv, w, &total) || !mha_mul_ok(total, 2, &total) ||
-        !mha_mul_ok(nw_q, 2, &twice_q) ||
-        !mha_add_ok(total, twice_q, &total) ||
+        !mha_mul_ok(nq, w, nw_q) ||
+        !mha_mul_ok(batch, lk, nkv) || !mha_mul_ok(*nkv, layer->kdim, total) ||
+        !mha_mul_ok(*nkv, layer->vdim, total) ||
+        !mha_mul_ok(*nkv, w, total) || !mha_mul_ok(*total, 2, total) ||
+        !mha_mul_ok(*nw_q, 2, &twice_q) ||
+        !mha_add_ok(*total, twice_q, total) ||
         (args->weights && args->average_weights &&
          (!mha_mul_ok(nq, h, &nw) || !mha_mul_ok(nw, lk, &nw) ||
-          !mha_add_ok(total, nw, &total))) ||
-        !mha_mul_ok(total, (int64_t)sizeof(float), &total))
+          !mha_add_ok(*total, nw, total))) ||
+        !mha_mul_ok(*total, (int64_t)sizeof(float), total))
         return mha_fail(MHA_ERR_OVERFLOW,
                         "layer sizes B=%lld Lq=%lld Lk=%lld E=%lld overflow",
                         (long long)batch, (long long)lq, (long long)lk,
                         (long long)e);
-    rows_of rq, rk, rv, ro;
     mha_status st;
     if ((st = rows_from(args->query_stride_batch, args->query_stride_seq, lq,
-                        e, "query", &rq)) != MHA_OK ||
+                        e, "query", &c->rq)) != MHA_OK ||
         (st = rows_from(args->key_stride_batch, args->key_stride_seq, lk,
-                        layer->kdim, "key", &rk)) != MHA_OK ||
+                        layer->kdim, "key", &c->rk)) != MHA_OK ||
         (st = rows_from(args->value_stride_batch, args->value_stride_seq, lk,
-                        layer->vdim, "value", &rv)) != MHA_OK ||
+                        layer->vdim, "value", &c->rv)) != MHA_OK ||
         (st = rows_from(args->out_stride_batch, args->out_stride_seq, lq, e,
-                        "out", &ro)) != MHA_OK)
+                        "out", &c->ro)) != MHA_OK)
         return st;
     /* The caller's buffers go through the same checks as mha_attention's
      * (overlaps, weights, lse, mask, terms); the problem is built by the
      * same constructor, over the layer's own projection buffers. Averaged
      * weights are B * Lq * Lk floats instead of the per-head B * H * Lq *
      * Lk, so the sizes are given. */
-    const mha_tensor vq = strided(query, batch, lq, e, rq),
-                     vk = strided(key, batch, lk, layer->kdim, rk),
-                     vv = strided(value, batch, lk, layer->vdim, rv),
-                     vo = strided(out, batch, lq, e, ro);
-    int average = args->weights && args->average_weights;
+    const mha_tensor vq = strided(query, batch, lq, e, c->rq),
+                     vk = strided(key, batch, lk, layer->kdim, c->rk),
+                     vv = strided(value, batch, lk, layer->vdim, c->rv),
+                     vo = strided(out, batch, lq, e, c->ro);
+    c->average = args->weights && args->average_weights;
     mha_mask shard_mask;
     mha_score_terms shard_terms;
     shard_heads_of(layer, args->mask, args->terms, &shard_mask, &shard_terms);
@@ -339,7 +350,7 @@ mha_status mha_layer_forward_ex(const mha_layer *layer,
                        "out", args->weights,
                        args->mask ? &shard_mask : NULL,
                        batch, h, lq, lk, args->terms ? &shard_terms : NULL,
-                       args->lse, average, nq * lk, nq * h, 0};
+                       args->lse, c->average, nq * lk, nq * h, 0};
     mha_mask m;
     mha_score_terms terms;
     if ((st = mha_check_views(&views)) != MHA_OK ||
@@ -351,14 +362,35 @@ mha_status mha_layer_forward_ex(const mha_layer *layer,
     const mha_tensor hq = view(query, batch, lq, h, d),
                      hk = view(query, batch, lk, h, d),
                      ho = view(out, batch, lq, h, d);
-    mha_problem p;
-    mha_problem_init(&p, &hq, &hk, &hk, &ho, &m, 0.0f,
-                     average ? out : args->weights);
-    p.terms = terms;
-    p.lse = args->lse;
-    mha_plan pl;
-    if ((st = mha_plan_make(layer->engine, &p, &pl)) != MHA_OK)
+    mha_problem_init(&c->p, &hq, &hk, &hk, &ho, &m, 0.0f,
+                     c->average ? out : args->weights);
+    c->p.terms = terms;
+    c->p.lse = args->lse;
+    return mha_plan_make(layer->engine, &c->p, &c->pl);
+}
+
+mha_status mha_layer_check(const mha_layer *layer, const mha_layer_args *args)
+{
+    layer_call c;
+    return layer_prepare(layer, args, &c);
+}
+
+mha_status mha_layer_forward_ex(const mha_layer *layer,
+                                const mha_layer_args *args)
+{
+    layer_call c;
+    mha_status st = layer_prepare(layer, args, &c);
+    if (st != MHA_OK)
         return st;
+    mha_problem p = c.p;
+    const mha_plan pl = c.pl;
+    const rows_of rq = c.rq, rk = c.rk, rv = c.rv, ro = c.ro;
+    const int64_t nkv = c.nkv, nw_q = c.nw_q, total = c.total;
+    const int average = c.average;
+    const float *query = args->query, *key = args->key, *value = args->value;
+    float *out = args->out;
+    int64_t batch = args->batch, lq = args->lq, lk = args->lk;
+    int64_t e = layer->e, h = layer->count, w = layer->width;
     size_t scratch_bytes = pl.bytes;
     size_t buffers = ((size_t)total + 63) / 64 * 64; /* scratch aligned */
     if (scratch_bytes > SIZE_MAX - buffers)

@@ -273,6 +273,16 @@ static mha_status validate_varlen(const mha_varlen_args *a, mha_problem *p)
     return MHA_OK;
 }
 
+mha_status mha_attention_varlen_check(const mha_engine *engine,
+                                      const mha_varlen_args *args)
+{
+    if (!engine)
+        return mha_fail(MHA_ERR_NULL_POINTER, "engine is NULL");
+    mha_problem p;
+    mha_status st = validate_varlen(args, &p);
+    return st != MHA_OK ? st : mha_attention_plan_check(engine, &p);
+}
+
 mha_status mha_attention_varlen(const mha_engine *engine,
                                 const mha_varlen_args *args)
 {

@@ -333,6 +333,15 @@ typedef struct mha_attention_args {
 MHA_API mha_status mha_attention(const mha_engine *engine,
                          const mha_attention_args *args);
 
+/* Validates args exactly as mha_attention does (every field, every
+ * overlap, the sizes of the work) and returns the status and message it
+ * would, computing and writing nothing: a server can refuse a request
+ * before it joins a batch, and mha_mpi.h agrees on validity across ranks
+ * before any data moves. An MHA_OK here means mha_attention can fail only
+ * for memory. mha_attention_varlen_check and mha_layer_check likewise. */
+MHA_API mha_status mha_attention_check(const mha_engine *engine,
+                                       const mha_attention_args *args);
+
 /* ------------------------------------------------------------------ */
 /* Continuous batches: variable-length sequences, paged K/V caches     */
 
@@ -408,6 +417,8 @@ typedef struct mha_varlen_args {
 
 MHA_API mha_status mha_attention_varlen(const mha_engine *engine,
                                         const mha_varlen_args *args);
+MHA_API mha_status mha_attention_varlen_check(const mha_engine *engine,
+                                              const mha_varlen_args *args);
 
 /* ------------------------------------------------------------------ */
 /* Merging partial results                                             */
@@ -519,6 +530,9 @@ typedef struct mha_layer_args {
 
 MHA_API mha_status mha_layer_forward_ex(const mha_layer *layer,
                                 const mha_layer_args *args);
+/* mha_layer_forward_ex's validation alone (mha_attention_check). */
+MHA_API mha_status mha_layer_check(const mha_layer *layer,
+                                   const mha_layer_args *args);
 
 #ifdef __cplusplus
 }

@@ -351,9 +351,13 @@ START_TEST(attention_bad_input)
             apply_edit(&bad->set[i], &f);
         if (bad->fn)
             bad->fn(&c);
+        /* mha_attention_check refuses exactly what mha_attention does. */
         const char *primed = prime_message();
-
-        mha_status st = mha_attention(c.engine, c.args);
+        mha_status st = mha_attention_check(c.engine, c.args);
+        expect_rejected(st, &bad->e, isas[t], primed, before, f.arena,
+                        arena_bytes, f.w, N_W);
+        primed = prime_message();
+        st = mha_attention(c.engine, c.args);
         expect_rejected(st, &bad->e, isas[t], primed, before, f.arena,
                         arena_bytes, f.w, N_W);
         mha_engine_destroy(engine);
@@ -370,6 +374,10 @@ START_TEST(fixture_is_valid)
     fixture f;
     fixture_init(&f);
     f.args.weights = NULL;
+    mha_engine *e = make_engine(MHA_ISA_GENERIC, 1);
+    ck_assert_msg(mha_attention_check(e, &f.args) == MHA_OK, "%s",
+                  mha_last_error());
+    mha_engine_destroy(e);
     check_attention(&f.args, N_OUT, 1, 2, "error fixture");
     fixture_free(&f);
 }
@@ -783,8 +791,16 @@ START_TEST(layer_forward_bad_input)
                           LB, LLQ, LLK, {1, 1, 0, 1}};
         bad->fn(&c);
         layer_case_snap(&lc);
-        mha_status st = mha_layer_forward(c.layer, c.q, c.k, c.v, c.b, c.lq,
-                                          c.lk, &f->mask, c.out, f->w);
+        /* mha_layer_check refuses exactly what the forward does. */
+        mha_layer_args a = {.query = c.q, .key = c.k, .value = c.v,
+                            .out = c.out, .batch = c.b, .lq = c.lq,
+                            .lk = c.lk, .mask = &f->mask, .weights = f->w};
+        mha_status st = mha_layer_check(c.layer, &a);
+        expect_rejected(st, &bad->e, isas[t], lc.primed, lc.before,
+                        lc.f.arena, LAYER_ARENA_BYTES, lc.f.w, L_NW);
+        lc.primed = prime_message();
+        st = mha_layer_forward(c.layer, c.q, c.k, c.v, c.b, c.lq, c.lk,
+                               &f->mask, c.out, f->w);
         layer_case_close(&lc, st, &bad->e, isas[t]);
     }
 }

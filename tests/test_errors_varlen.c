@@ -321,7 +321,11 @@ START_TEST(varlen_bad_input)
         unsigned char *before = test_alloc(arena_bytes);
         memcpy(before, f.arena, arena_bytes);
         const char *primed = prime_message();
-        mha_status st = mha_attention_varlen(c.engine, c.args);
+        mha_status st = mha_attention_varlen_check(c.engine, c.args);
+        expect_rejected(st, &bad->e, isas[t], primed, before, f.arena,
+                        arena_bytes, f.w, V_NW);
+        primed = prime_message();
+        st = mha_attention_varlen(c.engine, c.args);
         expect_rejected(st, &bad->e, isas[t], primed, before, f.arena,
                         arena_bytes, f.w, V_NW);
         mha_engine_destroy(engine);
