@@ -411,8 +411,10 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
     /* Positions: key j is key_offset + j of key_total keys (a shard); in
      * the block's key indices every position moves by -key_offset. */
     const mha_score_terms *tm = &p->terms;
-    int64_t koff = tm->key_offset;
-    int64_t total = tm->key_total ? tm->key_total : koff + lk;
+    int64_t koff = tm->key_offsets ? tm->key_offsets[b] : tm->key_offset;
+    int64_t total = tm->key_totals ? tm->key_totals[b] : tm->key_total;
+    if (total == 0)
+        total = koff + lk;
     int64_t ashift = (tm->align == MHA_ALIGN_TOP_LEFT ? 0 : total - lq) - koff;
     rb.softcap = tm->softcap;
     rb.alibi = tm->alibi_slopes ? tm->alibi_slopes +

@@ -297,7 +297,8 @@ static mha_status mha_check_mask_disjoint(const mha_mask *mask, int64_t batch,
 /* The score terms (docs/design.md, "Score terms"): every field, and the
  * arrays they point to against the outputs outs[0..n). */
 static mha_status check_terms(const mha_score_terms *t, int64_t batch,
-                              int64_t heads, int64_t lk, const mha_span *outs,
+                              int64_t heads, int64_t lk, int per_sequence,
+                              const mha_span *outs,
                               const char *const *out_names, int n,
                               mha_score_terms *copy)
 {
@@ -340,10 +341,44 @@ static mha_status check_terms(const mha_score_terms *t, int64_t batch,
                         "(%lld + %lld) or past 2^61",
                         (long long)t->key_total, (long long)t->key_offset,
                         (long long)lk);
-    mha_span spans[2];
-    const char *names[2];
+    mha_span spans[4];
+    const char *names[4];
     int ns = 0;
     mha_status st;
+    /* Per-sequence positions replace the scalars (which must then be 0);
+     * lk is the longest sequence's, so a continuous batch checks each
+     * sequence's own total against its own keys (varlen.c). */
+    const int64_t *pos[2] = {t->key_offsets, t->key_totals};
+    const char *pos_name[2] = {"terms.key_offsets", "terms.key_totals"};
+    for (int a = 0; a < 2; a++) {
+        if (!pos[a])
+            continue;
+        if (a == 0 ? t->key_offset != 0 : t->key_total != 0)
+            return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                            "%s and terms.%s (%lld) are both set", pos_name[a],
+                            a == 0 ? "key_offset" : "key_total",
+                            (long long)(a == 0 ? t->key_offset : t->key_total));
+        if ((st = check_rows(pos[a], pos_name[a], "", 0, 1, batch,
+                             sizeof(int64_t), MHA_ERR_BAD_ARGUMENT,
+                             &spans[ns])) != MHA_OK)
+            return st;
+        names[ns++] = pos_name[a];
+    }
+    for (int64_t b = 0; (t->key_offsets || t->key_totals) && b < batch; b++) {
+        int64_t off = t->key_offsets ? t->key_offsets[b] : t->key_offset;
+        int64_t tot = t->key_totals ? t->key_totals[b] : t->key_total;
+        if (off < 0 || off > far)
+            return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                            "terms.key_offsets[%lld] (%lld) is outside "
+                            "[0, 2^61)",
+                            (long long)b, (long long)off);
+        if (tot != 0 && (tot < off + (per_sequence ? 0 : lk) || tot > far))
+            return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                            "terms.key_totals[%lld] (%lld) is below its key "
+                            "offset + Lk (%lld + %lld) or past 2^61",
+                            (long long)b, (long long)tot, (long long)off,
+                            (long long)lk);
+    }
     if (t->alibi_slopes) {
         if ((st = check_rows(t->alibi_slopes, "terms.alibi_slopes",
                              "terms.alibi_stride_batch",
@@ -497,7 +532,8 @@ mha_status mha_check_outputs(const mha_views *views, mha_mask *mask,
         return st;
     const mha_span outs[3] = {ro, rw, rl};
     const char *const out_names[3] = {views->out_name, "weights", "lse"};
-    return check_terms(views->terms, B, H, Lk, outs, out_names, 3, terms);
+    return check_terms(views->terms, B, H, Lk, views->packed_outputs, outs,
+                       out_names, 3, terms);
 }
 
 void mha_problem_init(mha_problem *p, const mha_tensor *q,

@@ -5,6 +5,7 @@
  * plan and streams as mha_attention, one sequence table entry per
  * sequence. docs/design.md, "Continuous batches". */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "engine.h"
@@ -254,6 +255,28 @@ static mha_status validate_varlen(const mha_varlen_args *a, mha_problem *p)
             MHA_OK)
         return st;
 
+    /* Each sequence's own total against its own keys. */
+    for (int64_t b = 0; (terms.key_totals || terms.key_total) && b < B; b++) {
+        int64_t lk = a->cu_seqlens_k ? a->cu_seqlens_k[b + 1] -
+                                           a->cu_seqlens_k[b]
+                                     : a->paged->seqlens[b];
+        int64_t off = terms.key_offsets ? terms.key_offsets[b]
+                                        : terms.key_offset;
+        int64_t tot = terms.key_totals ? terms.key_totals[b]
+                                       : terms.key_total;
+        if (tot != 0 && tot < off + lk) {
+            char field[48];
+            snprintf(field, sizeof field,
+                     terms.key_totals ? "terms.key_totals[%lld]"
+                                      : "terms.key_total",
+                     (long long)b);
+            return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                            "%s (%lld) is below sequence %lld's key offset "
+                            "+ keys (%lld + %lld)",
+                            field, (long long)tot, (long long)b,
+                            (long long)off, (long long)lk);
+        }
+    }
     none.causal = a->causal;
     mha_problem_init(p, q, k, v, out, &none, a->scale, a->weights);
     p->terms = terms;

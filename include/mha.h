@@ -303,6 +303,13 @@ typedef struct mha_score_terms {
      * sequence. key_offset >= 0; key_total 0 or >= key_offset + Lk. */
     int64_t key_offset;
     int64_t key_total;
+    /* The same per sequence (batch entry b of mha_attention, sequence b of
+     * mha_attention_varlen): [B] arrays that replace key_offset and
+     * key_total (which must then be 0) when set; an entry of key_totals 0
+     * is that sequence's key_offsets[b] + lk_b. A continuous batch whose
+     * caches are shards at different positions (mha_mpi.h) needs them. */
+    const int64_t *key_offsets;
+    const int64_t *key_totals;
 } mha_score_terms;
 
 /* ------------------------------------------------------------------ */

@@ -157,6 +157,14 @@ static void key_total_short(attn_call *c)
     use_terms(c, (mha_score_terms){.key_offset = 3,
                                    .key_total = 3 + c->f->args.k.seq - 1});
 }
+static int64_t bad_positions[B];
+static void key_totals_short(attn_call *c)
+{
+    /* Batch entry 1's total leaves no room for its Lk keys. */
+    for (int b = 0; b < B; b++)
+        bad_positions[b] = b == 1 ? c->f->args.k.seq - 1 : 0;
+    use_terms(c, (mha_score_terms){.key_totals = bad_positions});
+}
 static void sink_nan(attn_call *c)
 {
     for (int h = 0; h < H; h++)
@@ -318,6 +326,8 @@ static const attn_bad BAD[] = {
      {{0}}, key_offset_neg},
     {{"terms.key_total below key_offset + Lk", MHA_ERR_BAD_ARGUMENT,
       "terms.key_total"}, {{0}}, key_total_short},
+    {{"terms.key_totals[1] below Lk", MHA_ERR_BAD_ARGUMENT,
+      "terms.key_totals[1]"}, {{0}}, key_totals_short},
     {{"terms.sinks NaN", MHA_ERR_BAD_ARGUMENT, "terms.sinks"}, {{0}},
      sink_nan},
     {{"terms.sinks inside out", MHA_ERR_BAD_ARGUMENT, "terms.sinks"}, {{0}},

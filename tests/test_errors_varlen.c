@@ -153,6 +153,27 @@ static void both_k_forms(vcall *c) { c->f->args.cu_seqlens_k = c->f->cu_k; }
 static void no_k_form(vcall *c) { c->f->args.paged = NULL; }
 static void table_null(vcall *c) { c->f->paged.block_table = NULL; }
 static void seqlens_null(vcall *c) { c->f->paged.seqlens = NULL; }
+static int64_t bad_positions[VB];
+static mha_score_terms position_terms;
+static void use_positions(vcall *c, int totals, int64_t a, int64_t b,
+                          int64_t d)
+{
+    bad_positions[0] = a, bad_positions[1] = b, bad_positions[2] = d;
+    position_terms = (mha_score_terms){0};
+    if (totals)
+        position_terms.key_totals = bad_positions;
+    else
+        position_terms.key_offsets = bad_positions;
+    c->f->args.terms = &position_terms;
+}
+/* Sequence 1 has 3 keys: a total of 2 cannot hold them. */
+static void total_short(vcall *c) { use_positions(c, 1, 10, 2, 0); }
+static void offset_neg(vcall *c) { use_positions(c, 0, 0, 4, -3); }
+static void offsets_and_offset(vcall *c)
+{
+    use_positions(c, 0, 1, 2, 3);
+    position_terms.key_offset = 5;
+}
 static void seqlen_neg(vcall *c) { c->f->seqlens[1] = -1; }
 static void seqlen_past(vcall *c) { c->f->seqlens[2] = VMAXB * VBS + 1; }
 static void entry_neg(vcall *c) { c->f->table[VMAXB] = -1; }
@@ -250,6 +271,12 @@ static const vbad VBAD[] = {
      table_null},
     {{"paged.seqlens NULL", MHA_ERR_NULL_POINTER, "paged.seqlens"},
      seqlens_null},
+    {{"terms.key_totals[1] below its sequence's keys", MHA_ERR_BAD_ARGUMENT,
+      "terms.key_totals[1]"}, total_short},
+    {{"terms.key_offsets[2] -3", MHA_ERR_BAD_ARGUMENT, "terms.key_offsets[2]"},
+     offset_neg},
+    {{"terms.key_offsets and key_offset both set", MHA_ERR_BAD_ARGUMENT,
+      "terms.key_offsets"}, offsets_and_offset},
     {{"paged.seqlens[1] -1", MHA_ERR_BAD_SHAPE, "paged.seqlens[1]"},
      seqlen_neg},
     {{"paged.seqlens[2] past max_blocks * block_size", MHA_ERR_BAD_SHAPE,

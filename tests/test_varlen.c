@@ -294,6 +294,11 @@ static void build(vdata *v, const vcase *c, uint64_t seed)
             if (t.alibi_slopes)
                 t.alibi_slopes += b * t.alibi_stride_batch;
             t.alibi_stride_batch = 0;
+            /* Per-sequence positions become the call's scalars. */
+            if (t.key_offsets)
+                t.key_offset = t.key_offsets[b], t.key_offsets = NULL;
+            if (t.key_totals)
+                t.key_total = t.key_totals[b], t.key_totals = NULL;
             v->seq_terms[b] = t;
         }
     }
@@ -674,6 +679,11 @@ static const float SLOPES[3 * 8] = {
     0.1f,  0.2f,  0.3f,   0.4f,    0.5f,  0.6f,  0.7f,  0.8f,
     1.5f,  0.01f, 0.02f,  0.04f,   0.08f, 0.16f, 0.32f, 0.64f};
 
+/* Each sequence's keys as a shard of its own longer sequence (lengths
+ * 90, 30, 41 below): a total of 0 is offset + keys. */
+static const int64_t KEY_OFFSETS[3] = {100, 0, 7};
+static const int64_t KEY_TOTALS[3] = {300, 0, 60};
+
 static const mha_score_terms TERMS[] = {
     {.window = 1, .window_left = 8, .window_right = 0},
     {.window = 1, .window_left = -1, .window_right = 3,
@@ -687,6 +697,10 @@ static const mha_score_terms TERMS[] = {
     {.sinks = SINKS},
     {.window = 1, .window_left = 16, .window_right = 1, .softcap = 5.0f,
      .alibi_slopes = SLOPES, .alibi_stride_batch = 8, .sinks = SINKS},
+    {.key_offsets = KEY_OFFSETS, .key_totals = KEY_TOTALS, .window = 1,
+     .window_left = 20, .window_right = 0},
+    {.key_offsets = KEY_OFFSETS, .alibi_slopes = SLOPES,
+     .alibi_stride_batch = 8, .sinks = SINKS},
 };
 #define N_TERMS ((int)(sizeof TERMS / sizeof TERMS[0]))
 
@@ -703,10 +717,12 @@ START_TEST(score_terms)
         c.paged = 1, c.block_size = 5, c.shuffle = 1;
     char name[160];
     snprintf(name, sizeof name, "terms %d (window %d [%lld, %lld] align %d "
-             "softcap %g alibi %d sinks %d) causal %d, %s", _i / 2,
+             "softcap %g alibi %d sinks %d positions %d) causal %d, %s",
+             _i / 2,
              t->window, (long long)t->window_left,
              (long long)t->window_right, (int)t->align, (double)t->softcap,
-             t->alibi_slopes != NULL, t->sinks != NULL, (int)c.causal,
+             t->alibi_slopes != NULL, t->sinks != NULL,
+             t->key_offsets != NULL, (int)c.causal,
              c.paged ? "paged" : "packed");
     c.name = name;
     run_case(&c, 500 + (uint64_t)_i);
