@@ -22,6 +22,7 @@ chart could not be drawn; the page is written unless a case failed.
 import argparse
 import datetime
 import json
+import os
 import re
 import statistics
 import sys
@@ -292,6 +293,43 @@ def tables(context, results):
             else ""
         out += ["", f"#### {kind}/{shape}{label}{unit}", "",
                 case_table(results, kind, shape)]
+    return out + mpi_tables(MPI_ROWS)
+
+
+# The tensor-parallel layer's runs (bench/mpi_layer under mpirun, one JSON
+# object a line), set by --mpi.
+MPI_ROWS = []
+
+
+def mpi_tables(rows):
+    """layer_mpi: per ranks x threads the median over rounds of each
+    round's median, beside 1 rank x the same number of cores."""
+    if not rows:
+        return []
+    by = {}
+    for r in rows:
+        by.setdefault(r["name"], []).append(r)
+    shapes = {}
+    for name, runs in by.items():
+        kind, shape, isa, layout = name.split("/")
+        t = statistics.median(x["median_s"] for x in runs)
+        g = statistics.median(x["gflops"] for x in runs)
+        shapes.setdefault((kind, shape, isa), []).append(
+            (runs[0]["ranks"], runs[0]["threads"], t, g, len(runs)))
+    out = []
+    for (kind, shape, isa), entries in shapes.items():
+        one = {r * th: t for r, th, t, _, _ in entries if r == 1}
+        body = []
+        for ranks, th, t, g, n in sorted(entries):
+            base = one.get(ranks * th)
+            body.append([f"{ranks} × {th}", fmt(t * 1e3, "{:.1f}"),
+                         fmt(g, "{:.1f}"),
+                         fmt(base / t if base else None, "{:.2f}"), str(n)])
+        out += ["", f"#### {kind}/{shape}/{isa} — the tensor-parallel layer "
+                "over MPI (ranks × threads on this machine; × 1 rank = "
+                "1 rank × the same cores' time over this row's)", "",
+                table(["ranks × threads", "ms", "GFLOP/s", "× 1 rank",
+                       "rounds"], body)]
     return out
 
 
@@ -564,8 +602,13 @@ def main():
     ap.add_argument("--cpu-info", metavar="FILE",
                     help="lscpu and /proc/cpuinfo lines saved at the run "
                     "(default: this machine's /proc/cpuinfo)")
+    ap.add_argument("--mpi", metavar="JSONL",
+                    help="bench/mpi_layer's runs, one JSON object a line")
     args = ap.parse_args()
 
+    if args.mpi and os.path.exists(args.mpi):
+        with open(args.mpi, encoding="utf-8") as f:
+            MPI_ROWS.extend(json.loads(line) for line in f if line.strip())
     context, results, errors = load(args.json)
     text = report(context, results, args.command, args.load_end)
     print(text)
