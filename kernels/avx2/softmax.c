@@ -1,6 +1,6 @@
 /* The online-softmax step and the normalisation on AVX2+FMA: the driver of
- * softmax_driver.h over 8-lane ymm primitives, exp from SLEEF
- * (Sleef_expf8_u10avx2, 1.0 ULP, exp(-inf) = 0 exactly). */
+ * softmax_driver.h over 8-lane ymm primitives, exp inline (below), tanh
+ * (the softcap) from SLEEF. */
 #include <immintrin.h>
 #include <sleef.h>
 #include <string.h>
@@ -46,7 +46,39 @@ MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y)
 #define mk_v_fma _mm256_fmadd_ps
 /* MAXPS returns its second operand when either is NaN. */
 #define mk_v_max _mm256_max_ps
-#define mk_v_exp Sleef_expf8_u10avx2
+/* exp for x <= 0 (the softmax's only arguments), inline: a call per 8
+ * scores to SLEEF's 1-ulp exp was a tenth of prefill's instructions at
+ * d = 64 and forced the sum into a pass of its own (docs/benchmarks.md,
+ * "Where 1-thread AVX2 prefill goes"). x = n ln2 + r, |r| <= ln2 / 2, n
+ * rounded to nearest; exp(r) by a degree-6 polynomial (Cephes' expf
+ * coefficients, ~1 ulp on this range); 2^n added to the exponent bits.
+ * Below -87.33 (2^n no longer normal) the result is 0, as a probability
+ * that small is in fp32 accumulation; -inf gives 0, NaN stays NaN. */
+MK_INLINE MK_V mk_v_exp(MK_V x)
+{
+    const MK_V lo = _mm256_set1_ps(-87.33654f);
+    MK_V xc = _mm256_max_ps(x, lo); /* NaN becomes lo; restored below */
+    MK_V n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    MK_V r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    MK_V p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    MK_V r2 = _mm256_mul_ps(r, r);
+    p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+    MK_V y = _mm256_castsi256_ps(
+        _mm256_add_epi32(_mm256_castps_si256(p), e));
+    y = _mm256_and_ps(y, _mm256_cmp_ps(x, lo, _CMP_GT_OQ)); /* tiny: 0 */
+    MK_V nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    return _mm256_blendv_ps(y, x, nan);
+}
+/* The sum of P rides in the exp pass: nothing is called across it. */
+#define MK_SM_FUSED_SUM 1
 #define mk_v_tanh Sleef_tanhf8_u10avx2
 MK_INLINE float mk_v_hmax(MK_V x)
 {
