@@ -76,10 +76,12 @@ static int outside_at(const mha_score_terms *terms, int64_t i, int64_t j,
 {
     if (!terms || !terms->window)
         return 0;
+    /* Distances, not ip +- extent: an extent may be near INT64_MAX (an
+     * unbounded window in all but name), positions stay below 2^62. */
     int64_t ip = aligned(terms, i, lq, total);
-    if (terms->window_left >= 0 && j < ip - terms->window_left)
+    if (terms->window_left >= 0 && ip - j > terms->window_left)
         return 1;
-    return terms->window_right >= 0 && j > ip + terms->window_right;
+    return terms->window_right >= 0 && j - ip > terms->window_right;
 }
 
 int oracle_outside_window(const mha_score_terms *terms, int64_t i,
