@@ -47,6 +47,15 @@ static void raise_last(mha_status st)
     raise_with(status_class(st), st, msg && *msg ? msg : mha_status_string(st));
 }
 
+/* None for MHA_OK; else the library's error raised and NULL. */
+static PyObject *none_or_raise(mha_status st)
+{
+    if (st == MHA_OK)
+        return Py_NewRef(Py_None);
+    raise_last(st);
+    return NULL;
+}
+
 void raise_fmt(PyObject *cls, mha_status st, const char *fmt, ...)
 {
     char msg[512];
@@ -171,20 +180,118 @@ static int get_engine(PyObject *o, const mha_engine **e)
 /* ------------------------------------------------------------------ */
 /* attention                                                           */
 
+/* window (None or (left, right), -1 unbounded), softcap (0: off) and sinks
+ * (float32 [H] or None) into *t; *any says whether a term is set. vs keeps
+ * the sinks array alive during the call. */
+static int terms_of(PyObject *window, double softcap, PyObject *sinks, int64_t heads,
+                    mha_score_terms *t, view *vs, int *any)
+{
+    memset(t, 0, sizeof *t);
+    *any = 0;
+    if (window && window != Py_None) {
+        long long l, r;
+        if (!PyArg_ParseTuple(window, "LL", &l, &r)) {
+            PyErr_Clear();
+            raise_fmt(status_exc[MHA_ERR_BAD_ARGUMENT], MHA_ERR_BAD_ARGUMENT,
+                      "window must be None or a tuple (left, right) of ints "
+                      "(-1: unbounded)");
+            return -1;
+        }
+        t->window = 1, t->window_left = l, t->window_right = r;
+        *any = 1;
+    }
+    if (softcap != 0.0) {
+        t->softcap = (float)softcap; /* the library checks the value */
+        *any = 1;
+    }
+    if (sinks && sinks != Py_None) {
+        int64_t h[1] = {heads};
+        if (view_get(sinks, "sinks", 0, vs) < 0 || need_kind(vs, "sinks", VK_F32) < 0 ||
+            need_shape(vs, "sinks", 1, h, "[H]") < 0 || need_packed(vs, "sinks") < 0)
+            return -1;
+        t->sinks = (const float *)vs->data;
+        *any = 1;
+    }
+    return 0;
+}
+
+/* A [B, Lk] bool/uint8 key padding mask (nonzero = attend) into m. */
+static int key_keep_of(PyObject *o, int64_t batch, int64_t lk, mha_mask *m, view *v)
+{
+    int64_t shape[2] = {batch, lk};
+    if (view_get(o, "key_keep", 0, v) < 0)
+        return -1;
+    if (v->kind != VK_BOOL && v->kind != VK_U8) {
+        raise_fmt(DTypeError, MHA_ERR_UNSUPPORTED,
+                  "key_keep has dtype %s; libmha takes bool or uint8", v->dtype);
+        return -1;
+    }
+    if (need_shape(v, "key_keep", 2, shape, "[B, Lk]") < 0)
+        return -1;
+    if (lk > 1 && v->strides[1] != 1) {
+        raise_fmt(status_exc[MHA_ERR_BAD_STRIDE], MHA_ERR_BAD_STRIDE,
+                  "key_keep: the key axis has a stride of %lld elements; libmha "
+                  "needs it contiguous", (long long)v->strides[1]);
+        return -1;
+    }
+    m->key_keep = (const uint8_t *)v->data;
+    m->key_keep_stride_batch = batch > 1 ? v->strides[0] : 0;
+    return 0;
+}
+
+/* An int32 array of the given shape whose rows are contiguous (element
+ * (b, j) at b*stride + j); *stride receives the row stride. */
+static int int32_rows(PyObject *o, const char *name, int nd, const int64_t *shape,
+                      const char *what, view *v, int64_t *stride)
+{
+    if (view_get(o, name, 0, v) < 0 || need_kind(v, name, VK_I32) < 0 ||
+        need_shape(v, name, nd, shape, what) < 0)
+        return -1;
+    if (shape[nd - 1] > 1 && v->strides[nd - 1] != 1) {
+        raise_fmt(status_exc[MHA_ERR_BAD_STRIDE], MHA_ERR_BAD_STRIDE,
+                  "%s: the last axis has a stride of %lld elements; libmha needs it "
+                  "contiguous", name, (long long)v->strides[nd - 1]);
+        return -1;
+    }
+    if (stride)
+        *stride = nd == 2 ? v->strides[0] : 0;
+    return 0;
+}
+
+/* A packed [T, H, d] array as the C API's [1, T, H, d] view. */
+static int packed_of(const view *v, const char *name, mha_tensor *t)
+{
+    if (v->ndim != 3) {
+        raise_fmt(status_exc[MHA_ERR_BAD_SHAPE], MHA_ERR_BAD_SHAPE,
+                  "%s has %d dimensions; expected 3 (packed [total, heads, d])", name,
+                  v->ndim);
+        return -1;
+    }
+    view w = *v;
+    w.ndim = 4;
+    w.shape[0] = 1, w.strides[0] = 0;
+    for (int i = 0; i < 3; i++)
+        w.shape[i + 1] = v->shape[i], w.strides[i + 1] = v->strides[i];
+    return tensor_of(&w, name, 0, t);
+}
+
 static PyObject *py_attention(PyObject *mod, PyObject *args, PyObject *kw)
 {
     (void)mod;
     static char *kwlist[] = {"engine", "q", "k", "v", "out", "layout", "keep",
                              "bias", "causal", "scale", "weights", "key_lengths",
-                             NULL};
+                             "out_layout", "key_keep", "window", "softcap", "sinks",
+                             "lse", NULL};
     PyObject *eo, *qo, *ko, *vo, *oo, *keep = NULL, *bias = NULL, *wo = NULL,
-                                         *lo = NULL;
-    const char *layout = "bhsd";
+                                         *lo = NULL, *kko = NULL, *wino = NULL,
+                                         *sko = NULL, *lseo = NULL;
+    const char *layout = "bhsd", *out_layout = NULL;
     int causal = 0;
-    double scale = 0.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|$sOOidOO:attention", kwlist,
+    double scale = 0.0, softcap = 0.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|$sOOidOOzOOdOO:attention", kwlist,
                                      &eo, &qo, &ko, &vo, &oo, &layout, &keep, &bias,
-                                     &causal, &scale, &wo, &lo))
+                                     &causal, &scale, &wo, &lo, &out_layout, &kko,
+                                     &wino, &softcap, &sko, &lseo))
         return NULL;
     const mha_engine *engine;
     if (get_engine(eo, &engine) < 0)
@@ -194,9 +301,20 @@ static PyObject *py_attention(PyObject *mod, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_ValueError, "layout must be 'bhsd' or 'bshd'");
         return NULL;
     }
-    view vq, vk, vv, vo_, vw, mv[3];
+    int out_bhsd = bhsd;
+    if (out_layout) {
+        out_bhsd = strcmp(out_layout, "bhsd") == 0;
+        if (!out_bhsd && strcmp(out_layout, "bshd") != 0) {
+            PyErr_SetString(PyExc_ValueError, "out_layout must be 'bhsd' or 'bshd'");
+            return NULL;
+        }
+    }
+    view vq, vk, vv, vo_, vw, mv[3], vkk, vsk, vlse;
     memset(&vw, 0, sizeof vw);
     memset(mv, 0, sizeof mv);
+    memset(&vkk, 0, sizeof vkk), memset(&vsk, 0, sizeof vsk), memset(&vlse, 0, sizeof vlse);
+    mha_score_terms terms;
+    int any_terms = 0;
     memset(&vq, 0, sizeof vq), memset(&vk, 0, sizeof vk);
     memset(&vv, 0, sizeof vv), memset(&vo_, 0, sizeof vo_);
     PyObject *result = NULL;
@@ -207,7 +325,7 @@ static PyObject *py_attention(PyObject *mod, PyObject *args, PyObject *kw)
     if (view_get(qo, "q", 0, &vq) < 0 || tensor_of(&vq, "q", bhsd, &a.q) < 0 ||
         view_get(ko, "k", 0, &vk) < 0 || tensor_of(&vk, "k", bhsd, &a.k) < 0 ||
         view_get(vo, "v", 0, &vv) < 0 || tensor_of(&vv, "v", bhsd, &a.v) < 0 ||
-        view_get(oo, "out", 1, &vo_) < 0 || tensor_of(&vo_, "out", bhsd, &a.out) < 0)
+        view_get(oo, "out", 1, &vo_) < 0 || tensor_of(&vo_, "out", out_bhsd, &a.out) < 0)
         goto done;
     if (a.out.dtype != MHA_F32) {
         need_kind(&vo_, "out", VK_F32);
@@ -216,7 +334,23 @@ static PyObject *py_attention(PyObject *mod, PyObject *args, PyObject *kw)
     int64_t dims[4] = {a.q.batch, a.q.heads, a.q.seq, a.k.seq};
     if (mask_of(keep, bias, lo, causal, dims, &mask, mv, &any_mask) < 0)
         goto done;
+    if (kko && kko != Py_None) {
+        if (key_keep_of(kko, a.q.batch, a.k.seq, &mask, &vkk) < 0)
+            goto done;
+        any_mask = 1;
+    }
     a.mask = any_mask ? &mask : NULL;
+    if (terms_of(wino, softcap, sko, a.q.heads, &terms, &vsk, &any_terms) < 0)
+        goto done;
+    a.terms = any_terms ? &terms : NULL;
+    if (lseo && lseo != Py_None) {
+        int64_t ls[3] = {a.q.batch, a.q.heads, a.q.seq};
+        if (view_get(lseo, "lse", 1, &vlse) < 0 || need_kind(&vlse, "lse", VK_F32) < 0 ||
+            need_shape(&vlse, "lse", 3, ls, "[B, H, Lq]") < 0 ||
+            need_packed(&vlse, "lse") < 0)
+            goto done;
+        a.lse = (float *)vlse.data;
+    }
     a.scale = (float)scale;
     if (wo && wo != Py_None) {
         if (view_get(wo, "weights", 1, &vw) < 0 || need_kind(&vw, "weights", VK_F32) < 0 ||
@@ -232,15 +366,129 @@ static PyObject *py_attention(PyObject *mod, PyObject *args, PyObject *kw)
     Py_BEGIN_ALLOW_THREADS
     st = mha_attention(engine, &a);
     Py_END_ALLOW_THREADS
-    if (st != MHA_OK)
-        raise_last(st);
-    else
-        result = Py_NewRef(Py_None);
+    result = none_or_raise(st);
 done:
     view_release(&vq), view_release(&vk), view_release(&vv), view_release(&vo_);
-    view_release(&vw);
+    view_release(&vw), view_release(&vkk), view_release(&vsk), view_release(&vlse);
     for (int i = 0; i < 3; i++)
         view_release(&mv[i]);
+    return result;
+}
+
+/* mha_attention_varlen: q and out packed [total_q, H, d] with cu_seqlens_q;
+ * k and v packed [total_k, Hkv, d] with cu_seqlens_k, or the pool of a
+ * paged cache (kv_layout "bshd": [num_blocks, block_size, Hkv, d], "bhsd":
+ * [num_blocks, Hkv, block_size, d]) with block_table [B, max_blocks] and
+ * seqlens [B]. */
+static PyObject *py_attention_varlen(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    (void)mod;
+    static char *kwlist[] = {"engine", "q", "k", "v", "out", "cu_seqlens_q",
+                             "cu_seqlens_k", "block_table", "seqlens", "kv_layout",
+                             "causal", "scale", "window", "softcap", "sinks", NULL};
+    PyObject *eo, *qo, *ko, *vo, *oo, *cqo, *cko = NULL, *bto = NULL, *slo = NULL,
+                                                *wino = NULL, *sko = NULL;
+    const char *kv_layout = "bshd";
+    int causal = 0;
+    double scale = 0.0, softcap = 0.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOO|$OOOsidOdO:attention_varlen",
+                                     kwlist, &eo, &qo, &ko, &vo, &oo, &cqo, &cko, &bto,
+                                     &slo, &kv_layout, &causal, &scale, &wino, &softcap,
+                                     &sko))
+        return NULL;
+    const mha_engine *engine;
+    if (get_engine(eo, &engine) < 0)
+        return NULL;
+    int kv_bhsd = strcmp(kv_layout, "bhsd") == 0;
+    if (!kv_bhsd && strcmp(kv_layout, "bshd") != 0) {
+        PyErr_SetString(PyExc_ValueError, "kv_layout must be 'bhsd' or 'bshd'");
+        return NULL;
+    }
+    int paged = bto && bto != Py_None;
+    if (paged == (cko && cko != Py_None) || paged != (slo && slo != Py_None)) {
+        raise_fmt(status_exc[MHA_ERR_BAD_ARGUMENT], MHA_ERR_BAD_ARGUMENT,
+                  "give either cu_seqlens_k (packed keys) or block_table and seqlens "
+                  "(a paged cache)");
+        return NULL;
+    }
+    view vq, vk, vv, vo_, vcq, vck, vbt, vsl, vsk;
+    memset(&vq, 0, sizeof vq), memset(&vk, 0, sizeof vk), memset(&vv, 0, sizeof vv);
+    memset(&vo_, 0, sizeof vo_), memset(&vcq, 0, sizeof vcq), memset(&vck, 0, sizeof vck);
+    memset(&vbt, 0, sizeof vbt), memset(&vsl, 0, sizeof vsl), memset(&vsk, 0, sizeof vsk);
+    PyObject *result = NULL;
+    mha_varlen_args a;
+    memset(&a, 0, sizeof a);
+    mha_paged_kv pk;
+    memset(&pk, 0, sizeof pk);
+    mha_score_terms terms;
+    int any_terms = 0;
+    if (view_get(qo, "q", 0, &vq) < 0 || packed_of(&vq, "q", &a.q) < 0 ||
+        view_get(oo, "out", 1, &vo_) < 0 || packed_of(&vo_, "out", &a.out) < 0 ||
+        view_get(ko, "k", 0, &vk) < 0 || view_get(vo, "v", 0, &vv) < 0)
+        goto done;
+    if (paged) {
+        if (tensor_of(&vk, "k", kv_bhsd, &a.k) < 0 || tensor_of(&vv, "v", kv_bhsd, &a.v) < 0)
+            goto done;
+    } else if (packed_of(&vk, "k", &a.k) < 0 || packed_of(&vv, "v", &a.v) < 0) {
+        goto done;
+    }
+    if (a.out.dtype != MHA_F32) {
+        need_kind(&vo_, "out", VK_F32);
+        goto done;
+    }
+    if (view_get(cqo, "cu_seqlens_q", 0, &vcq) < 0 || need_kind(&vcq, "cu_seqlens_q", VK_I32) < 0)
+        goto done;
+    if (vcq.ndim != 1 || vcq.shape[0] < 2) {
+        raise_fmt(status_exc[MHA_ERR_BAD_SHAPE], MHA_ERR_BAD_SHAPE,
+                  "cu_seqlens_q must be int32 [B+1] with B >= 1");
+        goto done;
+    }
+    a.batch = vcq.shape[0] - 1;
+    int64_t b1[1] = {a.batch + 1}, bb[1] = {a.batch};
+    if (need_packed(&vcq, "cu_seqlens_q") < 0)
+        goto done;
+    a.cu_seqlens_q = (const int32_t *)vcq.data;
+    if (paged) {
+        if (view_get(bto, "block_table", 0, &vbt) < 0 ||
+            need_kind(&vbt, "block_table", VK_I32) < 0)
+            goto done;
+        if (vbt.ndim != 2 || vbt.shape[0] != a.batch) {
+            raise_fmt(status_exc[MHA_ERR_BAD_SHAPE], MHA_ERR_BAD_SHAPE,
+                      "block_table must be int32 [B, max_blocks] with B = %lld",
+                      (long long)a.batch);
+            goto done;
+        }
+        int64_t bts[2] = {a.batch, vbt.shape[1]};
+        view_release(&vbt);
+        if (int32_rows(bto, "block_table", 2, bts, "[B, max_blocks]", &vbt,
+                       &pk.block_table_stride) < 0 ||
+            int32_rows(slo, "seqlens", 1, bb, "[B]", &vsl, NULL) < 0)
+            goto done;
+        pk.block_table = (const int32_t *)vbt.data;
+        pk.max_blocks = vbt.shape[1];
+        if (a.batch == 1)
+            pk.block_table_stride = 0;
+        pk.seqlens = (const int32_t *)vsl.data;
+        a.paged = &pk;
+    } else {
+        if (int32_rows(cko, "cu_seqlens_k", 1, b1, "[B+1]", &vck, NULL) < 0)
+            goto done;
+        a.cu_seqlens_k = (const int32_t *)vck.data;
+    }
+    a.causal = (mha_causal)causal;
+    if (terms_of(wino, softcap, sko, a.q.heads, &terms, &vsk, &any_terms) < 0)
+        goto done;
+    a.terms = any_terms ? &terms : NULL;
+    a.scale = (float)scale;
+    mha_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mha_attention_varlen(engine, &a);
+    Py_END_ALLOW_THREADS
+    result = none_or_raise(st);
+done:
+    view_release(&vq), view_release(&vk), view_release(&vv), view_release(&vo_);
+    view_release(&vcq), view_release(&vck), view_release(&vbt), view_release(&vsl);
+    view_release(&vsk);
     return result;
 }
 
@@ -404,10 +652,7 @@ static PyObject *Layer_forward(LayerObject *self, PyObject *args, PyObject *kw)
                            (const float *)vv.data, B, Lq, Lk, any ? &mask : NULL,
                            (float *)vout.data, weights);
     Py_END_ALLOW_THREADS
-    if (st != MHA_OK)
-        raise_last(st);
-    else
-        result = Py_NewRef(Py_None);
+    result = none_or_raise(st);
 done:
     view_release(&vq), view_release(&vk), view_release(&vv), view_release(&vout);
     view_release(&vw);
@@ -486,8 +731,15 @@ static PyMethodDef methods[] = {
      "[(name, value, available)] for every ISA libmha knows, best first."},
     {"attention", (PyCFunction)(void (*)(void))py_attention, METH_VARARGS | METH_KEYWORDS,
      "attention(engine, q, k, v, out, *, layout='bhsd', keep=None, bias=None, "
-     "causal=0, scale=0.0, weights=None, key_lengths=None)\n\nmha_attention on "
-     "views of the arrays, in place."},
+     "causal=0, scale=0.0, weights=None, key_lengths=None, out_layout=None, "
+     "key_keep=None, window=None, softcap=0.0, sinks=None, lse=None)\n\n"
+     "mha_attention on views of the arrays, in place."},
+    {"attention_varlen", (PyCFunction)(void (*)(void))py_attention_varlen,
+     METH_VARARGS | METH_KEYWORDS,
+     "attention_varlen(engine, q, k, v, out, cu_seqlens_q, *, cu_seqlens_k=None, "
+     "block_table=None, seqlens=None, kv_layout='bshd', causal=0, scale=0.0, "
+     "window=None, softcap=0.0, sinks=None)\n\nmha_attention_varlen on packed "
+     "[total, H, d] views (keys packed or a paged pool), in place."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moduledef = {
