@@ -32,7 +32,8 @@ from ._mha import (ArgumentError, DeviceError, DTypeError, Engine, Error, MaskEr
 __version__: str = _mha.version()
 
 __all__ = [
-    "scaled_dot_product_attention", "attention", "MultiheadAttention", "Engine",
+    "scaled_dot_product_attention", "attention", "attention_varlen", "MultiheadAttention",
+    "Engine",
     "get_engine", "isa", "isas", "available_isas", "version", "__version__",
     "Error", "ShapeError", "StrideError", "MaskError", "ArgumentError",
     "UnsupportedError", "DTypeError", "DeviceError", "NullPointerError",
@@ -159,6 +160,10 @@ def attention(
     bias: Optional[ArrayLike] = None,
     causal: str = "none",
     key_lengths: Optional[ArrayLike] = None,
+    key_keep: Optional[ArrayLike] = None,
+    window: Optional[tuple] = None,
+    softcap: float = 0.0,
+    sinks: Optional[ArrayLike] = None,
     scale: Optional[float] = None,
     need_weights: bool = False,
     out: Optional[np.ndarray] = None,
@@ -176,6 +181,11 @@ def attention(
         bias: float32 broadcastable to ``[B, H, Lq, Lk]``, added to the scores.
         causal: ``"none"``, ``"top_left"`` or ``"bottom_right"`` (a KV cache).
         key_lengths: int32 ``[B]``: keys at or past it are masked and never read.
+        key_keep: bool/uint8 ``[B, Lk]`` key padding mask, nonzero = attend.
+        window: ``(left, right)`` keys each side of the (bottom-right
+            aligned) diagonal, -1 unbounded (FlashAttention's window_size).
+        softcap: ``softcap * tanh(score / softcap)`` when > 0 (Gemma 2).
+        sinks: float32 ``[H]`` sink logits joining each row's softmax (gpt-oss).
         scale: None for ``1/sqrt(d)``.
         need_weights: also return the probabilities ``[B, H, Lq, Lk]``.
         out: a float32 output array to write (NumPy, q's layout); else allocated.
@@ -201,6 +211,60 @@ def attention(
         weights = np.empty((b, h, lq, lk), dtype=np.float32)
     _mha.attention(eng, qa, as_array(k), va, out, layout=layout, keep=keep, bias=bias,
                    causal=modes[causal], scale=float(scale) if scale is not None else 0.0,
-                   weights=weights, key_lengths=key_lengths)
+                   weights=weights, key_lengths=key_lengths, key_keep=key_keep,
+                   window=window, softcap=float(softcap), sinks=sinks)
     result = like(q, out)
     return (result, like(q, weights)) if need_weights else result
+
+
+def attention_varlen(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    cu_seqlens_q: ArrayLike,
+    *,
+    cu_seqlens_k: Optional[ArrayLike] = None,
+    block_table: Optional[ArrayLike] = None,
+    seqlens: Optional[ArrayLike] = None,
+    kv_layout: str = "bshd",
+    causal: str = "none",
+    window: Optional[tuple] = None,
+    softcap: float = 0.0,
+    sinks: Optional[ArrayLike] = None,
+    scale: Optional[float] = None,
+    out: Optional[np.ndarray] = None,
+    num_threads: Optional[int] = None,
+    isa: Optional[str] = None,
+    engine: Optional[Engine] = None,
+) -> Any:
+    """``mha_attention_varlen``: one call for a batch of sequences of their
+    own lengths (FlashAttention's varlen functions).
+
+    Args:
+        q: packed ``[total_q, H, d]`` float32; sequence b owns rows
+            ``cu_seqlens_q[b]:cu_seqlens_q[b+1]`` (int32 ``[B+1]``).
+        k, v: packed ``[total_k, Hkv, d]`` with ``cu_seqlens_k``, or the pool of
+            a paged cache with ``block_table`` (int32 ``[B, max_blocks]``) and
+            ``seqlens`` (int32 ``[B]``): ``[num_blocks, block_size, Hkv, d]``
+            (``kv_layout="bshd"``) or ``[num_blocks, Hkv, block_size, d]``
+            (``"bhsd"``). float32, float16 or bfloat16, read in place.
+        causal: ``"none"``, ``"top_left"`` or ``"bottom_right"``, per sequence.
+        window, softcap, sinks, scale: as :func:`attention`.
+        out: float32 ``[total_q, H, dv]`` to write; else allocated.
+
+    Returns:
+        out, of q's kind.
+    """
+    modes = {"none": 0, "top_left": 1, "bottom_right": 2}
+    if causal not in modes:
+        raise_error(ArgumentError, 8, f"causal must be one of {sorted(modes)}, not {causal!r}")
+    eng = pick_engine(engine, num_threads, isa)
+    qa, va = as_array(q), as_array(v)
+    if out is None:
+        out = np.empty(tuple(qa.shape)[:-1] + (tuple(va.shape)[-1],), dtype=np.float32)
+    _mha.attention_varlen(eng, qa, as_array(k), va, out, as_array(cu_seqlens_q),
+                          cu_seqlens_k=cu_seqlens_k, block_table=block_table, seqlens=seqlens,
+                          kv_layout=kv_layout, causal=modes[causal],
+                          scale=float(scale) if scale is not None else 0.0, window=window,
+                          softcap=float(softcap), sinks=sinks)
+    return like(q, out)
