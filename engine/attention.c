@@ -14,10 +14,10 @@ static mha_scratch thread_scratch(const mha_plan *pl, float *base, int tid)
 {
     float *f = base + pl->thread.floats * tid;
     const mha_scratch_layout *l = &pl->thread;
-    mha_scratch s = {f + l->s,  f + l->kp,    f + l->o,
-                     f + l->m,  f + l->l,     f + l->alpha,
-                     f + l->l2, f + l->kw,    f + l->vw, NULL, NULL,
-                     NULL,      NULL,         NULL};
+    mha_scratch s = {f + l->s,  f + l->kp, f + l->o,  f + l->m,
+                     f + l->l,  f + l->alpha, f + l->l2, f + l->kw,
+                     f + l->vw, f + l->qw, f + l->ow, NULL, NULL, NULL, NULL,
+                     NULL};
     /* Row tables of decode_key_block pointers each, then the scales. */
     int64_t n = pl->decode_key_block;
     s.k_rows = (const void **)(f + l->rt);
@@ -67,6 +67,28 @@ static void stream_keys(const mk_table *t, const mha_problem *p,
                    (size_t)(lk - k_end) * sizeof(float));
 }
 
+/* A half-precision compute dtype (docs/design.md, "Compute dtype"): the
+ * row block's queries widened into thread scratch (with_q), its output
+ * rows gathered there in fp32 for mha_finish_rows to narrow. Scores,
+ * softmax and accumulation stay fp32; the kernels never see the caller's
+ * dtype. */
+static void stage_rows(const mk_table *t, const mha_problem *p,
+                       mha_row_block *rb, const mha_scratch *sc, int with_q)
+{
+    if (p->compute == MHA_F32)
+        return;
+    if (with_q) {
+        size_t cs = mha_dtype_size(p->compute);
+        for (int64_t r = 0; r < rb->rows; r++)
+            t->widen[p->compute](rb->q_src + (size_t)(r * rb->ldq_src) * cs,
+                                 p->d, sc->qw + r * p->d);
+        rb->q = sc->qw;
+        rb->ldq = p->d;
+    }
+    rb->out = sc->ow;
+    rb->ldo = p->dv;
+}
+
 /* The sequence, unit and key chunk of work item it: a sequence's items
  * follow its units, or (key_major) its chunks, each across its units. */
 static const mha_seq *item_of(const mha_problem *p, const mha_seq *seqs,
@@ -112,6 +134,7 @@ void mha_attention_run(const mk_table *t, const mha_problem *p,
             int64_t unit, c;
             const mha_seq *s = item_of(p, seqs, it, &unit, &c);
             mha_row_block rb = mha_row_block_of(p, pl, seqs, unit);
+            stage_rows(t, p, &rb, &sc, 1);
             sc.cache = s->cache ? &cache : NULL;
             /* Key blocks start at multiples of block_k (the head cache
              * finds a block's panels there); the tile mask hides the keys
@@ -142,6 +165,7 @@ void mha_attention_run(const mk_table *t, const mha_problem *p,
                 if (s->chunks == 1)
                     continue;
                 mha_row_block rb = mha_row_block_of(p, pl, seqs, u);
+                stage_rows(t, p, &rb, &sc, 0);
                 mha_merge_chunks(t, p, s, &rb, unit_partials(s, partials, u));
             }
         }

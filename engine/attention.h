@@ -20,6 +20,7 @@ typedef struct {
                     * the head cache the head's values as fp32 rows */
     int64_t rt;    /* decode over a paged cache: a key block's K and V row
                     * tables, then their rows' scales */
+    int64_t qw, ow; /* half compute: block_q x d queries, x dv outputs */
     int64_t floats; /* the whole part */
 } mha_scratch_layout;
 
@@ -98,6 +99,8 @@ typedef struct {
 /* One thread's scratch, carved by the plan's layout. */
 typedef struct {
     float *s, *kp, *o, *m, *l, *alpha, *l2, *kw, *vw;
+    float *qw, *ow; /* a half-precision compute dtype: the row block's
+                       queries widened, its output rows before narrowing */
     const void **k_rows, **v_rows; /* paged decode: row tables */
     float *k_scales, *v_scales;    /* and the rows' scales */
     mha_head_cache *cache; /* NULL: pack every key block where it is used */
@@ -113,8 +116,13 @@ typedef struct {
     int decode;        /* the decode stream, else prefill */
     int64_t key_block; /* keys per block */
     int64_t cache_id;  /* the (sequence, kv head) the rows read */
+    /* fp32 query rows (row r at q + r * ldq), the caller's or, for a
+     * half-precision compute dtype, the thread's widened copy of q_src's
+     * (mha_stage_rows); out likewise, narrowed into out_dst. */
     const float *q;
     ptrdiff_t ldq;
+    const char *q_src; /* the caller's rows, of the compute dtype */
+    ptrdiff_t ldq_src;
     /* K and V of the kv head, bytes (the element type is the problem's):
      * row j at j * k_ss elements, or with pages in block pages[j / P] at
      * that block's stride and slot j % P (P = the pool's seq). ks, vs:
@@ -125,6 +133,8 @@ typedef struct {
     const int32_t *pages;
     float *out;
     ptrdiff_t ldo;
+    char *out_dst; /* the caller's output rows, of the compute dtype */
+    ptrdiff_t ldo_dst;
     float *w; /* weights rows, or NULL */
     ptrdiff_t w_ld; /* the sequence's keys */
     const uint8_t *keep;

@@ -17,8 +17,8 @@ _Static_assert(MK_F32 == (int)MHA_F32 && MK_F16 == (int)MHA_F16 &&
  * needs scales, largest finite code (quantised) */
 static const mha_dtype_traits traits[MK_DTYPE_COUNT] = {
     [MHA_F32] = {"f32", 4, 1, 1, 0, 0},
-    [MHA_F16] = {"f16", 2, 1, 0, 0, 0},
-    [MHA_BF16] = {"bf16", 2, 1, 0, 0, 0},
+    [MHA_F16] = {"f16", 2, 1, 1, 0, 0},
+    [MHA_BF16] = {"bf16", 2, 1, 1, 0, 0},
     [MHA_I8] = {"i8", 1, 1, 0, 1, 127},
     [MHA_FP8_E4M3] = {"fp8_e4m3", 1, 1, 0, 1, 448},
     [MHA_FP8_E5M2] = {"fp8_e5m2", 1, 1, 0, 1, 57344},
@@ -132,4 +132,19 @@ void mha_bf16_to_f32(const uint16_t *x, size_t n, float *y)
 {
     for (size_t i = 0; i < n; i++)
         y[i] = float_of((uint32_t)x[i] << 16);
+}
+
+void mha_narrow_rows(mha_dtype dtype, const float *x, ptrdiff_t ldx,
+                     int64_t rows, int64_t n, void *y, ptrdiff_t ldy)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * ldx;
+        uint16_t *yr = (uint16_t *)y + r * ldy;
+        if (dtype == MHA_BF16)
+            for (int64_t c = 0; c < n; c++)
+                yr[c] = to_bf16(xr[c]);
+        else
+            for (int64_t c = 0; c < n; c++)
+                yr[c] = to_f16(xr[c]);
+    }
 }

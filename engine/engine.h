@@ -49,14 +49,20 @@ typedef struct {
     float qmax;      /* quantised: the largest finite code's value */
 } mha_dtype_traits;
 const mha_dtype_traits *mha_dtype_traits_of(mha_dtype dtype);
+/* Rows of fp32 (x, row stride ldx) rounded to nearest even into fp16 or
+ * bf16 rows (y, stride ldy elements): a half compute dtype's output. */
+void mha_narrow_rows(mha_dtype dtype, const float *x, ptrdiff_t ldx,
+                     int64_t rows, int64_t n, void *y, ptrdiff_t ldy);
 
 /* The validated problem of one attention call, shared with the layer. */
 typedef struct mha_problem {
-    const float *q;
+    const void *q;     /* of compute */
     const void *k, *v; /* of k_dtype, v_dtype */
     mha_dtype k_dtype, v_dtype;
+    mha_dtype compute; /* q and out: fp32, fp16 or bf16 (docs/design.md,
+                          "Compute dtype") */
     mha_scales k_scales, v_scales; /* quantised K/V; else zero */
-    float *out;
+    void *out;         /* of compute */
     int64_t batch, lq, lk, heads, kv_heads, d, dv;
     int64_t q_sb, q_ss, q_sh; /* element strides: batch, seq, head */
     int64_t k_sb, k_ss, k_sh;

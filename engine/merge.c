@@ -41,6 +41,9 @@ void mha_finish_rows(const mk_table *t, const mha_problem *p,
                      const float *l)
 {
     t->normalize(o, p->dv, rb->rows, p->dv, l, rb->out, rb->ldo);
+    if (p->compute != MHA_F32) /* rb->out is the staging rows */
+        mha_narrow_rows(p->compute, rb->out, rb->ldo, rb->rows, p->dv,
+                        rb->out_dst, rb->ldo_dst);
     if (rb->lse)
         for (int64_t r = 0; r < rb->rows; r++)
             rb->lse[r * rb->lse_ld] = mha_merge_lse(m[r], l[r]);

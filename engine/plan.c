@@ -194,8 +194,8 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
     int64_t values = pl->cache_heads ? keys
                      : p->v_dtype != MHA_F32 || paged ? bk
                                                       : 0;
-    int64_t part[10] = {0};
-    enum { S, KP, O, M, L, ALPHA, L2, KW, VW, RT };
+    int64_t part[12] = {0};
+    enum { S, KP, O, M, L, ALPHA, L2, KW, VW, RT, QW, OW };
     if (paged && pl->any_decode)
         part[RT] = pl->decode_key_block *
                    (int64_t)(2 * sizeof(void *) / sizeof(float) + 2);
@@ -205,18 +205,21 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
         kp > (size_t)INT64_MAX / 2 || !mha_mul_ok(bq, p->dv, &part[O]))
         return 0;
     part[KP] = (int64_t)kp;
+    if (p->compute != MHA_F32 &&
+        (!mha_mul_ok(bq, p->d, &part[QW]) || !mha_mul_ok(bq, p->dv, &part[OW])))
+        return 0;
     part[M] = part[L] = part[ALPHA] = part[L2] = bq;
     if (pl->any_prefill &&
         (((p->k_dtype != MHA_F32 || paged) &&
           !mha_mul_ok(bk, p->d, &part[KW])) ||
          !mha_mul_ok(values, p->dv, &part[VW])))
         return 0;
-    int64_t *off[10] = {&pl->thread.s,  &pl->thread.kp, &pl->thread.o,
+    int64_t *off[12] = {&pl->thread.s,  &pl->thread.kp, &pl->thread.o,
                         &pl->thread.m,  &pl->thread.l,  &pl->thread.alpha,
                         &pl->thread.l2, &pl->thread.kw, &pl->thread.vw,
-                        &pl->thread.rt};
+                        &pl->thread.rt, &pl->thread.qw, &pl->thread.ow};
     int64_t at = 0;
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0; i < 12; i++) {
         if (part[i] > INT64_MAX - 16)
             return 0;
         *off[i] = at;
@@ -380,8 +383,14 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
         step_keep = m->keep_stride_query, step_bias = m->bias_stride_query;
     }
     rb.cache_id = b * p->kv_heads + hk;
-    rb.q = p->q + s->q_off + i * p->q_ss + h * p->q_sh;
-    rb.ldq = step_q;
+    /* Rows in the compute dtype; fp32 ones are read and written in place,
+     * others staged through thread scratch (mha_stage_rows). */
+    size_t cs = mha_dtype_size(p->compute);
+    int f32 = p->compute == MHA_F32;
+    rb.q_src = (const char *)p->q +
+               (size_t)(s->q_off + i * p->q_ss + h * p->q_sh) * cs;
+    rb.q = f32 ? (const float *)(const void *)rb.q_src : NULL;
+    rb.ldq = rb.ldq_src = step_q;
     size_t ks = mha_dtype_size(p->k_dtype), vs = mha_dtype_size(p->v_dtype);
     rb.k = (const char *)p->k + (size_t)(s->k_off + hk * p->k_sh) * ks;
     rb.v = (const char *)p->v + (size_t)(s->v_off + hk * p->v_sh) * vs;
@@ -389,8 +398,10 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
     rb.ks = ksc->data ? ksc->data + s->ks_off + hk * ksc->stride_head : NULL;
     rb.vs = vsc->data ? vsc->data + s->vs_off + hk * vsc->stride_head : NULL;
     rb.pages = s->pages;
-    rb.out = p->out + s->o_off + i * p->o_ss + h * p->o_sh;
-    rb.ldo = step_o;
+    rb.out_dst = (char *)p->out +
+                 (size_t)(s->o_off + i * p->o_ss + h * p->o_sh) * cs;
+    rb.out = f32 ? (float *)(void *)rb.out_dst : NULL;
+    rb.ldo = rb.ldo_dst = step_o;
     rb.w = p->weights ? p->weights + s->w_off + (h * lq + i) * lk : NULL;
     rb.w_ld = lk;
     rb.keep = m->keep ? m->keep + b * m->keep_stride_batch +

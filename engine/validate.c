@@ -446,7 +446,17 @@ mha_status mha_check_views(const mha_views *views)
                                    i == 0 || !views->kv_scales_used_only,
                                    &r)) != MHA_OK)
             return st;
-    return mha_check_tensor(views->out, views->out_name, 0, 1, &r);
+    if ((st = mha_check_tensor(views->out, views->out_name, 0, 1, &r)) !=
+        MHA_OK)
+        return st;
+    /* One compute dtype for q and out (docs/design.md, "Compute dtype"). */
+    if (views->out->dtype != views->in[0]->dtype)
+        return mha_fail(MHA_ERR_UNSUPPORTED,
+                        "%s.dtype (%s) differs from %s.dtype (%s): the query "
+                        "and the output share the compute dtype",
+                        views->out_name, mha_dtype_name(views->out->dtype),
+                        views->in_name[0], mha_dtype_name(views->in[0]->dtype));
+    return MHA_OK;
 }
 
 mha_status mha_check_outputs(const mha_views *views, mha_mask *mask,
@@ -542,7 +552,7 @@ void mha_problem_init(mha_problem *p, const mha_tensor *q,
                       float *weights)
 {
     p->q = q->data, p->k = k->data, p->v = v->data, p->out = o->data;
-    p->k_dtype = k->dtype, p->v_dtype = v->dtype;
+    p->k_dtype = k->dtype, p->v_dtype = v->dtype, p->compute = q->dtype;
     p->k_scales = k->scales, p->v_scales = v->scales;
     p->batch = q->batch, p->lq = q->seq, p->lk = k->seq, p->heads = q->heads;
     p->kv_heads = k->heads, p->d = q->dim, p->dv = v->dim;

@@ -190,6 +190,17 @@ void oracle(const oracle_problem *p, want *out, want *weights)
     free(cls);
 }
 
+/* Element x of a 2-byte buffer filled by buffer_fill_sentinel still holds
+ * the sentinel's bytes at its offset. */
+static int half_sentinel(const void *data, size_t x)
+{
+    const uint32_t bits = TEST_SENTINEL_BITS;
+    uint16_t want, got;
+    memcpy(&want, (const char *)&bits + (2 * x) % 4, 2);
+    memcpy(&got, (const char *)data + 2 * x, 2);
+    return got == want;
+}
+
 void check_value(const want *w, const float *at, double tol_abs,
                  double tol_rel, const char *what, long long index)
 {
@@ -253,8 +264,14 @@ void check_attention_outputs(const attention_case *c)
     oracle(&p, wo, ww);
 
     const buffer *ob = &c->buf[B_OUT];
-    size_t nfloats = ob->bytes / 4;
-    uint8_t *inside = calloc(nfloats ? nfloats : 1, 1);
+    /* A half compute dtype: elements of 2 bytes, rounded to nearest even
+     * from the fp32 result (half an ulp: 2^-11 fp16, 2^-8 bf16, relative). */
+    int half = o->dtype != MHA_F32;
+    size_t es = half ? 2 : 4, nel = ob->bytes / es;
+    double round_rel = o->dtype == MHA_F16 ? 1.0 / 2048
+                       : half             ? 1.0 / 256
+                                          : 0.0;
+    uint8_t *inside = calloc(nel ? nel : 1, 1);
     if (!inside)
         abort();
     const float *out = (const float *)o->data;
@@ -266,11 +283,21 @@ void check_attention_outputs(const attention_case *c)
                                   h * o->stride_head + col;
                     inside[off] = 1;
                     int64_t idx = ((b * Lq + i) * H + h) * dv + col;
-                    check_value(&wo[idx], out + off, TOL_ATTN_ABS,
-                                TOL_ATTN_REL, "out", (long long)idx);
+                    if (!half) {
+                        check_value(&wo[idx], out + off, TOL_ATTN_ABS,
+                                    TOL_ATTN_REL, "out", (long long)idx);
+                        continue;
+                    }
+                    REQUIRE_AT(!half_sentinel(o->data, (size_t)off),
+                               "out[%lld] was not written", (long long)idx);
+                    float got = (float)view_element(o, b, i, h, col);
+                    check_value(&wo[idx], &got, TOL_ATTN_ABS,
+                                TOL_ATTN_REL + round_rel, "out",
+                                (long long)idx);
                 }
-    for (size_t i = 0; i < nfloats; i++)
-        REQUIRE_AT(inside[i] || is_sentinel(out + i),
+    for (size_t i = 0; i < nel; i++)
+        REQUIRE_AT(inside[i] || (half ? half_sentinel(o->data, i)
+                                      : is_sentinel(out + i)),
                    "out[+%zu] outside the view was written", i);
     for (size_t i = 0; ww && i < nw; i++)
         check_value(&ww[i], a->weights + i, TOL_ATTN_ABS, TOL_ATTN_REL,

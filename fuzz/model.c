@@ -270,8 +270,9 @@ void attention_model(attention_case *c, const mha_engine *engine,
         if (!t[i]->data)
             add_fault(f, MHA_ERR_NULL_POINTER, "a tensor's data is NULL");
         int quant = dt == MHA_I8 || dt == MHA_FP8_E4M3 || dt == MHA_FP8_E5M2;
-        if (!(dt == MHA_F32 ||
-              (half_ok && (dt == MHA_F16 || dt == MHA_BF16 || quant))))
+        /* q and out: a compute dtype (fp32, fp16, bf16), the same one. */
+        if (!(dt == MHA_F32 || dt == MHA_F16 || dt == MHA_BF16 ||
+              (half_ok && quant)))
             add_fault(f, MHA_ERR_UNSUPPORTED, "a dtype is not supported");
         if (half_ok && quant && !t[i]->scales.data)
             add_fault(f, MHA_ERR_NULL_POINTER, "quantised K/V without scales");
@@ -285,6 +286,8 @@ void attention_model(attention_case *c, const mha_engine *engine,
                  INT64_MAX)
             add_fault(f, MHA_ERR_OVERFLOW, "a tensor spans > 2^63 bytes");
     }
+    if (a->q.dtype != a->out.dtype)
+        add_fault(f, MHA_ERR_UNSUPPORTED, "q and out differ in dtype");
     const mha_tensor *q = &a->q, *k = &a->k, *v = &a->v, *o = &a->out;
     if (k->batch != q->batch || v->batch != q->batch ||
         o->batch != q->batch || o->seq != q->seq || o->heads != q->heads ||

@@ -123,10 +123,13 @@ MHA_API int mha_isa_available(mha_isa isa);
 /* ------------------------------------------------------------------ */
 /* Tensors                                                             */
 
-/* Element types. q and out are always MHA_F32; k and v may be stored in
- * half precision or quantised to 8 bits (each independently): converted to
- * fp32 in registers, accumulated in fp32. Other combinations give
- * MHA_ERR_UNSUPPORTED. A quantised element's value is its code times the
+/* Element types. q and out share a compute dtype: MHA_F32, MHA_F16 or
+ * MHA_BF16 (a half one is widened a row block at a time and the output
+ * rounded to nearest even once: the fp32 result, rounded). k and v may be
+ * stored in half precision or quantised to 8 bits (each independently):
+ * converted to fp32 in registers. Scores, softmax and accumulation are
+ * fp32 in every combination. Other combinations (q and out differing, a
+ * quantised q) give MHA_ERR_UNSUPPORTED. A quantised element's value is its code times the
  * scale of its (batch, seq, head) row (mha_scales, required). */
 typedef enum mha_dtype {
     MHA_F32 = 0,
@@ -393,7 +396,7 @@ typedef struct mha_paged_kv {
  *     cu_seqlens_q (k.seq == total_k);
  *   - paged: the pool of a paged cache (mha_paged_kv), lk_b =
  *     paged->seqlens[b].
- * Any K/V dtype of mha_attention; q and out fp32. An empty sequence
+ * Any K/V dtype and compute dtype of mha_attention. An empty sequence
  * (lq_b = 0) writes nothing; a sequence with no keys (lk_b = 0) gets zero
  * rows (and lse -inf, or the sink), as a fully masked row does. Tensor
  * sizes stay positive, so a packed batch has at least one query row and

@@ -22,6 +22,7 @@ static const struct {
     {"terms", suite_terms},
     {"quant", suite_quant},
     {"varlen", suite_varlen},
+    {"compute", suite_compute},
 };
 
 int main(int argc, char **argv)

@@ -30,22 +30,6 @@ typedef struct tdesc {
     int scale_explicit;
 } tdesc;
 
-/* n floats as dtype t: the floats themselves, or their rounding. */
-static void *as_dtype(const float *x, size_t n, mha_dtype t)
-{
-    if (t == MHA_F32) {
-        float *y = test_alloc(n * sizeof *y);
-        memcpy(y, x, n * sizeof *y);
-        return y;
-    }
-    uint16_t *y = test_alloc(n * sizeof *y);
-    if (t == MHA_F16)
-        mha_f32_to_f16(x, n, y);
-    else
-        mha_f32_to_bf16(x, n, y);
-    return y;
-}
-
 typedef struct tbufs {
     float *q;
     void *k, *v;

@@ -241,3 +241,19 @@ void check_lse(const float *got, const double *want, size_t n,
                 (double)got[i], want[i]);
     }
 }
+
+/* n floats as dtype t: the floats themselves, or their rounding. */
+void *as_dtype(const float *x, size_t n, mha_dtype t)
+{
+    if (t == MHA_F32) {
+        float *y = test_alloc(n * sizeof *y);
+        memcpy(y, x, n * sizeof *y);
+        return y;
+    }
+    uint16_t *y = test_alloc(n * sizeof *y);
+    if (t == MHA_F16)
+        mha_f32_to_f16(x, n, y);
+    else
+        mha_f32_to_bf16(x, n, y);
+    return y;
+}

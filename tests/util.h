@@ -26,6 +26,7 @@ Suite *suite_api(void);
 Suite *suite_terms(void);
 Suite *suite_quant(void);
 Suite *suite_varlen(void);
+Suite *suite_compute(void);
 
 /* An engine for isa with nthreads, or a test failure. */
 mha_engine *make_engine(mha_isa isa, int nthreads);
@@ -40,6 +41,9 @@ mha_engine *make_engine(mha_isa isa, int nthreads);
             ck_abort_msg(__VA_ARGS__);  \
     } while (0)
 
+/* n floats as dtype t (fp32, fp16 or bf16) in a test_alloc buffer: the
+ * floats themselves, or their rounding to nearest even. */
+void *as_dtype(const float *x, size_t n, mha_dtype t);
 /* malloc that fails the test instead of returning NULL. */
 void *test_alloc(size_t bytes);
 /* n floats of rng_uniform, from test_alloc. */
