@@ -22,7 +22,7 @@ from typing import Any, List, Optional
 import numpy as np
 
 from . import _mha
-from ._common import ArrayLike, as_array, dtype_name, expand_keys, float32, get_engine
+from ._common import ArrayLike, as_array, dtype_name, empty_out, expand_keys, float32, get_engine
 from ._common import is_torch, like, pick_engine, raise_error
 from ._layer import MultiheadAttention
 from ._mha import (ArgumentError, DeviceError, DTypeError, Engine, Error, MaskError,
@@ -84,10 +84,9 @@ def scaled_dot_product_attention(
     """``torch.nn.functional.scaled_dot_product_attention`` on the CPU with libmha.
 
     Args:
-        query: ``[B, H, L, d]`` (or ``[B, L, d]``, one head), float32: the
-            compute dtype this version of libmha has. A float16 or bfloat16
-            query raises the library's UnsupportedError (no silent widening
-            copy).
+        query: ``[B, H, L, d]`` (or ``[B, L, d]``, one head): float32,
+            float16 or bfloat16, the compute dtype (the output's; scores,
+            softmax and accumulation are float32 in every case).
         key, value: ``[B, Hkv, S, d]`` and ``[B, Hkv, S, dv]``; float32,
             float16 or bfloat16, read in place with their strides.
         attn_mask: broadcastable to ``[B, H, L, S]``. Boolean: **True = attend**
@@ -103,7 +102,7 @@ def scaled_dot_product_attention(
             :func:`get_engine`).
 
     Returns:
-        ``[B, H, L, dv]`` float32, of the query's kind (NumPy array or
+        ``[B, H, L, dv]`` in the query's dtype and kind (NumPy array or
         PyTorch tensor). The last axis of every array must be contiguous.
         Rows whose every key is masked are zeros (PyTorch gives NaN).
 
@@ -143,11 +142,11 @@ def scaled_dot_product_attention(
     qshape = tuple(q.shape)
     vshape = tuple(v.shape)
     out_shape = qshape[:-1] + (vshape[-1] if vshape else 0,)
-    out = np.empty(out_shape, dtype=np.float32)
+    out = empty_out(q, out_shape)
     _mha.attention(eng, q, k, v, out, layout="bhsd", keep=keep, bias=bias,
                    causal=_mha.CAUSAL_TOP_LEFT if is_causal else 0,
                    scale=float(scale) if scale is not None else 0.0)
-    return like(query, out)
+    return out if is_torch(out) else like(query, out)
 
 
 def attention(
@@ -175,8 +174,9 @@ def attention(
 
     Args:
         q, k, v: ``[B, L, H, d]`` (``layout="bshd"``, the C API's) or
-            ``[B, H, L, d]`` (``"bhsd"``); q float32/float16/bfloat16, k and v
-            float32/float16/bfloat16, strides as they are (last axis contiguous).
+            ``[B, H, L, d]`` (``"bhsd"``); q float32/float16/bfloat16 (the
+            output's dtype), k and v float32/float16/bfloat16, strides as
+            they are (last axis contiguous).
         keep: bool or uint8 broadcastable to ``[B, H, Lq, Lk]``, nonzero = attend.
         bias: float32 broadcastable to ``[B, H, Lq, Lk]``, added to the scores.
         causal: ``"none"``, ``"top_left"`` or ``"bottom_right"`` (a KV cache).
@@ -188,7 +188,7 @@ def attention(
         sinks: float32 ``[H]`` sink logits joining each row's softmax (gpt-oss).
         scale: None for ``1/sqrt(d)``.
         need_weights: also return the probabilities ``[B, H, Lq, Lk]``.
-        out: a float32 output array to write (NumPy, q's layout); else allocated.
+        out: an output array to write (q's dtype and layout); else allocated.
 
     Returns:
         out, or (out, weights) with ``need_weights``.
@@ -199,7 +199,7 @@ def attention(
     eng = pick_engine(engine, num_threads, isa)
     qa, va = as_array(q), as_array(v)
     if out is None:
-        out = np.empty(tuple(qa.shape)[:-1] + (tuple(va.shape)[-1],), dtype=np.float32)
+        out = empty_out(qa, tuple(qa.shape)[:-1] + (tuple(va.shape)[-1],))
     weights = None
     if need_weights:
         qs, ks = tuple(qa.shape), tuple(as_array(k).shape)
@@ -213,7 +213,7 @@ def attention(
                    causal=modes[causal], scale=float(scale) if scale is not None else 0.0,
                    weights=weights, key_lengths=key_lengths, key_keep=key_keep,
                    window=window, softcap=float(softcap), sinks=sinks)
-    result = like(q, out)
+    result = out if is_torch(out) else like(q, out)
     return (result, like(q, weights)) if need_weights else result
 
 
@@ -241,7 +241,7 @@ def attention_varlen(
     own lengths (FlashAttention's varlen functions).
 
     Args:
-        q: packed ``[total_q, H, d]`` float32; sequence b owns rows
+        q: packed ``[total_q, H, d]`` float32/float16/bfloat16; sequence b owns rows
             ``cu_seqlens_q[b]:cu_seqlens_q[b+1]`` (int32 ``[B+1]``).
         k, v: packed ``[total_k, Hkv, d]`` with ``cu_seqlens_k``, or the pool of
             a paged cache with ``block_table`` (int32 ``[B, max_blocks]``) and
@@ -250,7 +250,7 @@ def attention_varlen(
             (``"bhsd"``). float32, float16 or bfloat16, read in place.
         causal: ``"none"``, ``"top_left"`` or ``"bottom_right"``, per sequence.
         window, softcap, sinks, scale: as :func:`attention`.
-        out: float32 ``[total_q, H, dv]`` to write; else allocated.
+        out: ``[total_q, H, dv]`` of q's dtype to write; else allocated.
 
     Returns:
         out, of q's kind.
@@ -261,10 +261,10 @@ def attention_varlen(
     eng = pick_engine(engine, num_threads, isa)
     qa, va = as_array(q), as_array(v)
     if out is None:
-        out = np.empty(tuple(qa.shape)[:-1] + (tuple(va.shape)[-1],), dtype=np.float32)
+        out = empty_out(qa, tuple(qa.shape)[:-1] + (tuple(va.shape)[-1],))
     _mha.attention_varlen(eng, qa, as_array(k), va, out, as_array(cu_seqlens_q),
                           cu_seqlens_k=cu_seqlens_k, block_table=block_table, seqlens=seqlens,
                           kv_layout=kv_layout, causal=modes[causal],
                           scale=float(scale) if scale is not None else 0.0, window=window,
                           softcap=float(softcap), sinks=sinks)
-    return like(q, out)
+    return out if is_torch(out) else like(q, out)

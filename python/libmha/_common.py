@@ -117,6 +117,21 @@ def float32(x: Any) -> Any:
     return to_numpy(x).astype(np.float32)
 
 
+def empty_out(ref: Any, shape: tuple) -> Any:
+    """An output array for query ref: its compute dtype (float32, or the
+    query's float16/bfloat16) and its kind (a torch tensor for torch, else
+    NumPy). libmha writes it in place."""
+    name = dtype_name(ref)
+    if is_torch(ref):
+        import torch
+
+        dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(name, torch.float32)
+        return torch.empty(shape, dtype=dt)
+    if name == "float16":
+        return np.empty(shape, dtype=np.float16)
+    return np.empty(shape, dtype=np.float32)
+
+
 def like(ref: Any, out: np.ndarray, dtype_of: Any = None) -> Any:
     """out (float32 NumPy) returned as ref's kind, in dtype_of's dtype if it is half."""
     half = dtype_of is not None and dtype_name(dtype_of) in ("float16", "bfloat16")

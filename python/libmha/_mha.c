@@ -327,10 +327,6 @@ static PyObject *py_attention(PyObject *mod, PyObject *args, PyObject *kw)
         view_get(vo, "v", 0, &vv) < 0 || tensor_of(&vv, "v", bhsd, &a.v) < 0 ||
         view_get(oo, "out", 1, &vo_) < 0 || tensor_of(&vo_, "out", out_bhsd, &a.out) < 0)
         goto done;
-    if (a.out.dtype != MHA_F32) {
-        need_kind(&vo_, "out", VK_F32);
-        goto done;
-    }
     int64_t dims[4] = {a.q.batch, a.q.heads, a.q.seq, a.k.seq};
     if (mask_of(keep, bias, lo, causal, dims, &mask, mv, &any_mask) < 0)
         goto done;
@@ -359,9 +355,8 @@ static PyObject *py_attention(PyObject *mod, PyObject *args, PyObject *kw)
             goto done;
         a.weights = (float *)vw.data;
     }
-    /* A half-precision q goes to the library as it is: a compute dtype the
-     * library lacks is its MHA_ERR_UNSUPPORTED, never a silent widening
-     * copy here (docs/python.md). */
+    /* q and out go to the library in their dtypes: it checks that they
+     * share a compute dtype (never a silent widening copy here). */
     mha_status st;
     Py_BEGIN_ALLOW_THREADS
     st = mha_attention(engine, &a);
@@ -430,10 +425,6 @@ static PyObject *py_attention_varlen(PyObject *mod, PyObject *args, PyObject *kw
         if (tensor_of(&vk, "k", kv_bhsd, &a.k) < 0 || tensor_of(&vv, "v", kv_bhsd, &a.v) < 0)
             goto done;
     } else if (packed_of(&vk, "k", &a.k) < 0 || packed_of(&vv, "v", &a.v) < 0) {
-        goto done;
-    }
-    if (a.out.dtype != MHA_F32) {
-        need_kind(&vo_, "out", VK_F32);
         goto done;
     }
     if (view_get(cqo, "cu_seqlens_q", 0, &vcq) < 0 || need_kind(&vcq, "cu_seqlens_q", VK_I32) < 0)

@@ -20,11 +20,10 @@ What a model sends is mapped to the engine's own terms, not to a dense mask
   cache); windows, logit softcap (Gemma 2) and attention sinks (gpt-oss,
   ``s_aux``) are the engine's score terms; grouped KV heads are read as
   they are (no ``repeat_kv``).
-- K and V are read in place from transformers' cache tensors, in their
-  dtype (float32, float16, bfloat16); the output is written once, in the
-  ``[B, L, H, d]`` layout transformers wants. libmha computes in float32:
-  a float16/bfloat16 query is converted to float32 (the query only, said
-  once in the log) and the output back to the query's dtype.
+- q, K and V are read in place from transformers' tensors, in their dtype
+  (float32, float16, bfloat16); the output is written once, in the query's
+  dtype and the ``[B, L, H, d]`` layout transformers wants. Scores, softmax
+  and accumulation are float32 whatever the dtypes.
 - continuous batching (``model.generate_batch``, ``transformers serve``):
   the same function sees transformers' paged cache; new keys are written
   into it and the attention reads the cache's slots in place through a
@@ -232,17 +231,13 @@ def _refuse(message: str) -> None:
     raise_error(ArgumentError, 8, "libmha transformers backend: " + message)
 
 
-def _query32(query: torch.Tensor) -> torch.Tensor:
-    if query.dtype == torch.float32:
-        return query
-    if query.dtype not in (torch.float16, torch.bfloat16):
+def _compute(query: torch.Tensor) -> torch.dtype:
+    """The compute dtype: the query's (libmha's q and out share it)."""
+    if query.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise_error(UnsupportedError, 7,
                     f"libmha transformers backend: query has dtype {query.dtype}; libmha takes "
                     "float32, float16 or bfloat16")
-    _once("q32:" + str(query.dtype),
-          f"libmha: computing in float32: the {query.dtype} query is converted to float32 and the "
-          "output back (K and V are read in place in their dtype)")
-    return query.float()
+    return query.dtype
 
 
 def _window(sliding_window: Optional[int], causal: bool) -> Optional[Tuple[int, int]]:
@@ -294,10 +289,10 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         return _paged_forward(module, query, key, value, cache, scale, causal,
                               sliding_window, softcap, sinks, kwargs)
 
-    q = _query32(query)
+    q = query
     b, h, lq, _ = q.shape
     dv = value.shape[-1]
-    out = torch.empty((b, lq, h, dv), dtype=torch.float32)
+    out = torch.empty((b, lq, h, dv), dtype=_compute(query))
     keep = bias = key_keep = None
     window = None
     mode = _mha.CAUSAL_NONE
@@ -315,7 +310,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                                   value[i].transpose(0, 1), out[i], cu, cu_seqlens_k=cu,
                                   causal=mode, scale=scale, window=window, softcap=softcap,
                                   sinks=sinks)
-        return (out if query.dtype == torch.float32 else out.to(query.dtype)), None
+        return out, None
     if attention_mask is None or attention_mask.dim() == 2:
         # The engine's own terms: causal bottom-right, the window, the
         # padding mask read in place.
@@ -331,7 +326,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     _mha.attention(_engine(), q, key, value, out, layout="bhsd", out_layout="bshd",
                    keep=keep, bias=bias, key_keep=key_keep, causal=mode, scale=scale,
                    window=window, softcap=softcap, sinks=sinks)
-    return (out if query.dtype == torch.float32 else out.to(query.dtype)), None
+    return out, None
 
 
 def _block_table(read_index: torch.Tensor, cu_k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -361,11 +356,11 @@ def _paged_forward(module, query, key, value, cache, scale, causal, sliding_wind
         cu_k = cu_k[allocator.layer_type]
     cu_k = cu_k.to(torch.int32).contiguous()
     nseq = cu_q.numel() - 1
-    q = _query32(query)[0].transpose(0, 1)  # [total_q, H, d], a view
+    q = query[0].transpose(0, 1)  # [total_q, H, d], a view
     padded, h = q.shape[0], q.shape[1]
     total_q = int(cu_q[-1])  # rows past it pad the batch (zeros out)
     q = q[:total_q]
-    out_all = torch.zeros((padded, h, value.shape[-1]), dtype=torch.float32)
+    out_all = torch.zeros((padded, h, value.shape[-1]), dtype=_compute(query))
     out = out_all[:total_q]
     mode = _mha.CAUSAL_BOTTOM_RIGHT if causal else _mha.CAUSAL_NONE
     window = _window(sliding_window, causal)
@@ -406,5 +401,4 @@ def _paged_forward(module, query, key, value, cache, scale, causal, sliding_wind
                               out, cu_q[: nseq + 1], cu_seqlens_k=cu_k[: nseq + 1],
                               causal=mode, scale=scale, window=window, softcap=softcap,
                               sinks=sinks)
-    out = out_all.unsqueeze(0)
-    return (out if query.dtype == torch.float32 else out.to(query.dtype)), None
+    return out_all.unsqueeze(0), None

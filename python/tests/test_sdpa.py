@@ -79,16 +79,23 @@ def test_three_dims_one_head(rng):
     np.testing.assert_allclose(out, ref.sdpa(q[:, None], k[:, None], v[:, None])[0][:, 0], **TOL)
 
 
-def test_float16_kv_in_place_and_float16_query_refused(rng):
+def test_float16_kv_in_place_and_float16_compute(rng):
     q, k, v = rand(rng, 1, 2, 4, 16), rand(rng, 1, 2, 8, 16), rand(rng, 1, 2, 8, 16)
     k16, v16 = k.astype(np.float16), v.astype(np.float16)
     out = libmha.scaled_dot_product_attention(q, k16, v16)
     assert out.dtype == np.float32
     np.testing.assert_allclose(out, ref.sdpa(q, k16, v16)[0], **TOL)
-    # A float16 query is a compute dtype this version lacks: the library's
-    # own refusal, not a silent widening copy.
+    # A float16 query computes in float32 and writes a float16 output: the
+    # float32 result on the same (rounded) query, rounded once.
+    q16 = q.astype(np.float16)
+    out16 = libmha.scaled_dot_product_attention(q16, k16, v16)
+    assert out16.dtype == np.float16
+    want = libmha.scaled_dot_product_attention(q16.astype(np.float32), k16, v16)
+    np.testing.assert_array_equal(out16, want.astype(np.float16))
+    np.testing.assert_allclose(out16, ref.sdpa(q16, k16, v16)[0], rtol=2 ** -11, atol=2e-5)
+    # A float32 output for a float16 query: the library's refusal.
     with pytest.raises(libmha.UnsupportedError, match="q.dtype"):
-        libmha.scaled_dot_product_attention(q.astype(np.float16), k16, v16)
+        libmha.attention(q16, k16, v16, layout="bhsd", out=np.empty((1, 2, 4, 16), np.float32))
 
 
 def test_strided_views_no_copy(rng):

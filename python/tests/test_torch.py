@@ -44,8 +44,12 @@ def test_half_kv_through_dlpack(dtype):
     got = libmha.scaled_dot_product_attention(q, k, v)
     expect = F.scaled_dot_product_attention(q, k.float(), v.float())
     torch.testing.assert_close(got, expect, **TOL)
-    with pytest.raises(libmha.UnsupportedError, match="q.dtype"):
-        libmha.scaled_dot_product_attention(q.to(dtype), k, v)
+    # A half query: the half compute dtype, the float32 result rounded.
+    qh = q.to(dtype)
+    half = libmha.scaled_dot_product_attention(qh, k, v)
+    assert half.dtype == dtype
+    want = libmha.scaled_dot_product_attention(qh.float(), k, v).to(dtype)
+    assert torch.equal(half, want)
 
 
 def test_strided_tensors_and_grad():

@@ -183,8 +183,9 @@ def test_half_precision_model(dtype):
     got = _logits(model, "libmha", ids, mask)
     assert got.dtype == dtype
     valid = mask.bool()
-    # libmha computes in float32, the reference in the half type: the
-    # difference is the half type's rounding through two layers.
+    # libmha's half compute dtype: scores, softmax and accumulation in
+    # float32, the output rounded once; the reference rounds differently:
+    # the difference is the half type's rounding through two layers.
     torch.testing.assert_close(got.float()[valid], want[valid], rtol=0.05, atol=0.15)
 
 
