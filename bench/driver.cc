@@ -63,7 +63,25 @@ const Shape kShapes[] = {
     {"paged", 8, 32, 8, 1, 4096, 128, MHA_F16},
     {"varlen", 8, 32, 8, 2048, 2048, 128},
     {"varlen_seq", 8, 32, 8, 2048, 2048, 128},
+    // The bf16 compute dtype (q and out bf16) of a bf16 model: a kind of
+    // its own, read against the fp32 case of the shape; the fp32-compute
+    // decode of the same bf16 cache beside it.
+    {"attention_bf16", 1, 16, 16, 2048, 2048, 64, MHA_BF16},
+    {"attention_bf16", 1, 32, 32, 1024, 1024, 128, MHA_BF16},
+    {"decode", 1, 32, 32, 1, 4096, 128, MHA_BF16},
+    {"decode_bf16", 1, 32, 32, 1, 4096, 128, MHA_BF16},
 };
+
+// The compute dtype of a kind: "<kind>_bf16" and "<kind>_f16" are half.
+mha_dtype ComputeOf(const char *kind)
+{
+    const size_t n = std::strlen(kind);
+    if (n > 5 && std::strcmp(kind + n - 5, "_bf16") == 0)
+        return MHA_BF16;
+    if (n > 4 && std::strcmp(kind + n - 4, "_f16") == 0)
+        return MHA_F16;
+    return MHA_F32;
+}
 
 // Keys per block of the paged cases.
 constexpr int64_t kPagedBlock = 16;
@@ -334,6 +352,7 @@ bench_spec MakeSpec(const Shape &s, mha_isa isa, int threads)
     spec.window_left = window ? kWindowLeft : 0;
     spec.layout = BENCH_LAYOUT_BSHD;
     spec.kv_dtype = s.kv;
+    spec.compute = ComputeOf(s.kind);
     spec.isa = isa;
     spec.threads = threads;
     return spec;

@@ -128,6 +128,10 @@ static int check_spec(const bench_spec *s)
     if (s->kv_dtype != MHA_F32 && s->impl != BENCH_IMPL_ATTENTION &&
         s->impl != BENCH_IMPL_PAGED)
         return bench_fail("half-precision K/V is for mha_attention only");
+    if (s->compute != MHA_F32 && s->compute != MHA_F16 && s->compute != MHA_BF16)
+        return bench_fail("compute must be MHA_F32, MHA_F16 or MHA_BF16");
+    if (s->compute != MHA_F32 && s->impl != BENCH_IMPL_ATTENTION)
+        return bench_fail("a half compute dtype is for mha_attention only");
     if (s->impl == BENCH_IMPL_PAGED && s->paged_block <= 0)
         return bench_fail("paged_block must be positive");
     if (s->batch <= 0 || s->heads <= 0 || s->kv_heads <= 0 || s->lq <= 0 ||
@@ -175,6 +179,7 @@ static int alloc_inputs(bench_case *c, size_t nq, size_t nk)
      * each buffer (the rest is never read). */
     narrow(c->k, nk, c->spec.kv_dtype);
     narrow(c->v, nk, c->spec.kv_dtype);
+    narrow(c->q, nq, c->spec.compute);
     memset(c->out, 0, nq * sizeof(float));
     c->out_count = nq;
     return 0;
@@ -192,6 +197,7 @@ static int setup_attention(bench_case *c)
     c->args.k = make_tensor(c->k, s, s->lk, s->kv_heads);
     c->args.v = make_tensor(c->v, s, s->lk, s->kv_heads);
     c->args.out = make_tensor(c->out, s, s->lq, s->heads);
+    c->args.q.dtype = c->args.out.dtype = s->compute;
     if (mha_dtype_size(s->kv_dtype) == 1) {
         if (quantize_kv(&c->args.k, s->kv_dtype, &c->kq, &c->ks) ||
             quantize_kv(&c->args.v, s->kv_dtype, &c->vq, &c->vs))

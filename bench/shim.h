@@ -49,6 +49,8 @@ typedef struct bench_spec {
                             left (right side unbounded; with causal) */
     bench_layout layout;
     mha_dtype kv_dtype; /* K and V elements; not MHA_F32 only for attention */
+    mha_dtype compute;  /* q and out: MHA_F32 (0), or MHA_F16 / MHA_BF16
+                           for attention (the kinds attention_bf16/ ...) */
     int64_t paged_block; /* BENCH_IMPL_PAGED: keys per block */
     mha_isa isa; /* ignored by BENCH_IMPL_BLAS */
     int threads; /* exact thread count, > 0 */
@@ -63,7 +65,7 @@ bench_case *bench_case_create(const bench_spec *spec);
  * bench_error(). */
 int bench_case_run(bench_case *c);
 void bench_case_destroy(bench_case *c); /* NULL is a no-op */
-/* The output of the last run and its element count. */
+/* The output of the last run and its element count (fp32 compute). */
 const float *bench_case_output(const bench_case *c, size_t *count);
 
 /* Floating-point operations of one call: 4*B*H*Lq*Lk*d for attention (the

@@ -135,11 +135,22 @@ def fp32_twin(shape):
     return None
 
 
+def compute_base(kind):
+    """'attention_bf16' -> 'attention' (a half compute dtype), else None."""
+    for suffix in ("_bf16", "_f16"):
+        if kind.endswith(suffix):
+            return kind[:-len(suffix)]
+    return None
+
+
 def case_table(results, kind, shape):
     keys = sorted((k for k in results if k[0] == kind and k[1] == shape),
                   key=lambda k: (isa_rank(k[2]), k[3]))
     decode = any(results[k]["GBPS"] is not None for k in keys)
-    twin = fp32_twin(shape)
+    # × fp32: against fp32 K/V of the shape, and for a half compute dtype
+    # against the fp32 kind (fp32 q, out and K/V).
+    base = compute_base(kind)
+    twin = fp32_twin(shape) or (shape if base else None)
     headers = ["ISA", "threads"]
     headers += ["GB/s", "GFLOP/s"] if decode else ["GFLOP/s"]
     headers += ["spread", "speedup", "efficiency", "% of peak"]
@@ -178,7 +189,7 @@ def case_table(results, kind, shape):
                         else None, "{:.0f}%")]
         if twin:
             # Same FLOPs, so the GFLOP/s ratio is the speedup over fp32 K/V.
-            f32 = results.get((kind, twin, isa, threads))
+            f32 = results.get((base or kind, twin, isa, threads))
             row += [fmt(r["GFLOPS"] / f32["GFLOPS"]
                         if f32 and f32["GFLOPS"] and r["GFLOPS"] else None,
                         "{:.2f}")]
