@@ -1,5 +1,6 @@
 /* Validation of every input before anything is written. Each failure
  * returns its status with a message naming the field and its value. */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -328,6 +329,13 @@ static mha_status check_terms(const mha_score_terms *t, int64_t batch,
     if (t->softcap < 0.0f)
         return mha_fail(MHA_ERR_BAD_ARGUMENT,
                         "terms.softcap (%g) is negative", (double)t->softcap);
+    /* The kernels scale by 1 / softcap: it must be finite (a score of 0
+     * times an infinite reciprocal would be NaN). */
+    if (t->softcap > 0.0f && !(1.0f / t->softcap <= FLT_MAX))
+        return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                        "terms.softcap (%g) is below 1/FLT_MAX: its "
+                        "reciprocal overflows",
+                        (double)t->softcap);
     /* Positions stay far from overflow: a quarter of the int64 range. */
     const int64_t far = INT64_MAX / 4;
     if (t->key_offset < 0 || t->key_offset > far)

@@ -282,7 +282,8 @@ typedef enum mha_align {
  * sink: key blocks skipped by lengths, causal masks and windows are never
  * read); weights rows sum to less than 1 (the sink's
  * share is not a key's). Invalid values (negative extents other than -1,
- * a softcap that is negative or not finite, non-finite slopes or sinks,
+ * a softcap that is negative, not finite or below 1/FLT_MAX, non-finite
+ * slopes or sinks,
  * a window flag or align outside its enum) are refused with a message
  * naming the field. */
 typedef struct mha_score_terms {

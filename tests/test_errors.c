@@ -130,6 +130,10 @@ static void softcap_inf(attn_call *c)
 {
     use_terms(c, (mha_score_terms){.softcap = INFINITY});
 }
+static void softcap_subnormal(attn_call *c)
+{
+    use_terms(c, (mha_score_terms){.softcap = 1e-40f});
+}
 static void softcap_neg(attn_call *c)
 {
     use_terms(c, (mha_score_terms){.softcap = -1.0f});
@@ -316,6 +320,8 @@ static const attn_bad BAD[] = {
      softcap_nan},
     {{"terms.softcap inf", MHA_ERR_BAD_ARGUMENT, "terms.softcap"}, {{0}},
      softcap_inf},
+    {{"terms.softcap 1e-40", MHA_ERR_BAD_ARGUMENT, "terms.softcap"}, {{0}},
+     softcap_subnormal},
     {{"terms.softcap -1", MHA_ERR_BAD_ARGUMENT, "terms.softcap"}, {{0}},
      softcap_neg},
     {{"terms.alibi_slopes inf", MHA_ERR_BAD_ARGUMENT, "terms.alibi_slopes"},
