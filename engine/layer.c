@@ -350,7 +350,11 @@ static mha_status layer_prepare(const mha_layer *layer,
                        "out", args->weights,
                        args->mask ? &shard_mask : NULL,
                        batch, h, lq, lk, args->terms ? &shard_terms : NULL,
-                       args->lse, c->average, nq * lk, nq * h, 0};
+                       args->lse, c->average,
+                       /* Read only with averaged weights, whose B*Lq*H*Lk
+                        * passed the overflow checks above (nq * h cannot
+                        * overflow: nq * w did and h <= w). */
+                       c->average ? nq * lk : 0, nq * h, 0};
     mha_mask m;
     mha_score_terms terms;
     if ((st = mha_check_views(&views)) != MHA_OK ||
