@@ -31,6 +31,7 @@ struct Shape {
     const char *kind;
     int64_t b, h, hkv, lq, lk, d;
     mha_dtype kv = MHA_F32; // K and V elements (decode)
+    bench_layout layout = BENCH_LAYOUT_BSHD; // BHSD: the name ends _BHSD
 };
 
 // The cases of the issue. The layer's E is H * d.
@@ -63,13 +64,22 @@ const Shape kShapes[] = {
     {"paged", 8, 32, 8, 1, 4096, 128, MHA_F16},
     {"varlen", 8, 32, 8, 2048, 2048, 128},
     {"varlen_seq", 8, 32, 8, 2048, 2048, 128},
-    // The bf16 compute dtype (q and out bf16) of a bf16 model: a kind of
-    // its own, read against the fp32 case of the shape; the fp32-compute
-    // decode of the same bf16 cache beside it.
+    // The bf16 (fp16) compute dtype (q and out bf16) of a bf16 model: a
+    // kind of its own, read against the fp32 case of the shape; the
+    // fp32-compute decode of the same bf16 cache beside it.
     {"attention_bf16", 1, 16, 16, 2048, 2048, 64, MHA_BF16},
     {"attention_bf16", 1, 32, 32, 1024, 1024, 128, MHA_BF16},
+    {"attention_f16", 1, 32, 32, 1024, 1024, 128, MHA_F16},
     {"decode", 1, 32, 32, 1, 4096, 128, MHA_BF16},
     {"decode_bf16", 1, 32, 32, 1, 4096, 128, MHA_BF16},
+    // The decode shapes from a [B, H, L, D] cache: the unsuffixed rows
+    // ([B, L, H, D]) are read against these.
+    {"decode", 1, 32, 32, 1, 4096, 128, MHA_F32, BENCH_LAYOUT_BHSD},
+    {"decode", 8, 32, 32, 1, 2048, 128, MHA_F32, BENCH_LAYOUT_BHSD},
+    {"decode", 1, 32, 32, 1, 4096, 128, MHA_F16, BENCH_LAYOUT_BHSD},
+    {"decode", 1, 32, 32, 1, 4096, 128, MHA_BF16, BENCH_LAYOUT_BHSD},
+    {"decode", 8, 32, 32, 1, 2048, 128, MHA_F16},
+    {"decode", 8, 32, 32, 1, 2048, 128, MHA_F16, BENCH_LAYOUT_BHSD},
 };
 
 // The compute dtype of a kind: "<kind>_bf16" and "<kind>_f16" are half.
@@ -120,7 +130,8 @@ std::string ShapeName(const Shape &s)
                          : s.kv == MHA_FP8_E4M3 ? "_FP8_E4M3"
                          : s.kv == MHA_FP8_E5M2 ? "_FP8_E5M2"
                                                 : "";
-    return buf + std::string(suffix);
+    return buf + std::string(suffix) +
+           (s.layout == BENCH_LAYOUT_BHSD ? "_BHSD" : "");
 }
 
 // The case being measured. Google Benchmark calls a case's function once per
@@ -350,7 +361,7 @@ bench_spec MakeSpec(const Shape &s, mha_isa isa, int threads)
                       ? MHA_CAUSAL_BOTTOM_RIGHT
                       : MHA_CAUSAL_NONE;
     spec.window_left = window ? kWindowLeft : 0;
-    spec.layout = BENCH_LAYOUT_BSHD;
+    spec.layout = s.layout;
     spec.kv_dtype = s.kv;
     spec.compute = ComputeOf(s.kind);
     spec.isa = isa;

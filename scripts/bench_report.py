@@ -128,7 +128,10 @@ PAIRED = {"paged": ("decode", "× contiguous"),
 
 def fp32_twin(shape):
     """'B1_..._D128_F16' -> 'B1_..._D128' (half-precision or 8-bit K/V), else
-    None."""
+    None; a _BHSD shape's twin is _BHSD too."""
+    if shape.endswith("_BHSD"):
+        twin = fp32_twin(shape[:-len("_BHSD")])
+        return twin + "_BHSD" if twin else None
     for suffix in HALF_SUFFIXES:
         if shape.endswith(suffix):
             return shape[:-len(suffix)]
@@ -158,6 +161,10 @@ def case_table(results, kind, shape):
     headers += ["× fp32"] if twin else []
     pair = PAIRED.get(kind)
     headers += [pair[1]] if pair else []
+    # A [B, L, H, D] decode row against the same shape from [B, H, L, D].
+    bhsd = shape + "_BHSD"
+    has_bhsd = any(k[0] == kind and k[1] == bhsd for k in results)
+    headers += ["× BHSD"] if has_bhsd else []
     headers += ["× blas"]
     rows = []
     for key in keys:
@@ -199,6 +206,10 @@ def case_table(results, kind, shape):
             row += [fmt(r["GFLOPS"] / other["GFLOPS"]
                         if other and other["GFLOPS"] and r["GFLOPS"] else None,
                         "{:.2f}")]
+        if has_bhsd:
+            other = results.get((kind, bhsd, isa, threads))
+            row += [fmt(r["value"] / other["value"]
+                        if other and other["value"] else None, "{:.2f}")]
         row += [fmt(ratio, "{:.2f}")]
         rows.append(row)
     return table(headers, rows)
