@@ -80,6 +80,8 @@ const Shape kShapes[] = {
     {"decode", 1, 32, 32, 1, 4096, 128, MHA_BF16, BENCH_LAYOUT_BHSD},
     {"decode", 8, 32, 32, 1, 2048, 128, MHA_F16},
     {"decode", 8, 32, 32, 1, 2048, 128, MHA_F16, BENCH_LAYOUT_BHSD},
+    {"decode", 1, 32, 32, 1, 4096, 128, MHA_I8, BENCH_LAYOUT_BHSD},
+    {"decode", 1, 32, 32, 1, 4096, 128, MHA_FP8_E4M3, BENCH_LAYOUT_BHSD},
 };
 
 // The compute dtype of a kind: "<kind>_bf16" and "<kind>_f16" are half.
