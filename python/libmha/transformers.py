@@ -210,10 +210,13 @@ def mask_function(batch_size: int, q_length: int, kv_length: int, q_offset: int 
     if (packed is not None and attention_mask is None and q_length == kv_length
             and q_offset == 0 and kv_offset == 0 and packed[1].shape[1] == q_length):
         return packed[1].to(torch.int32)
-    _once("explicit:" + getattr(fn, "__qualname__", repr(fn)),
-          "libmha: the mask pattern %s (q_offset=%d, kv_offset=%d, kv_length=%d) is not one of "
-          "libmha's own terms; it is passed as an explicit [B, 1, Lq, Lk] mask (correct, slower)"
-          % (getattr(fn, "__qualname__", repr(fn)), q_offset, kv_offset, kv_length))
+    name = getattr(fn, "__qualname__", repr(fn))
+    why = ("its queries (from position %d) do not end at the last of its keys (%d from "
+           "position %d): a static cache" % (q_offset, kv_length, kv_offset)
+           if pattern is not None else "libmha has no term for it")
+    _once("explicit:%s:%s" % (name, pattern is not None),
+          "libmha: the mask %s is passed as an explicit [B, 1, Lq, Lk] mask (correct, slower): %s"
+          % (name, why))
     kwargs.pop("allow_is_causal_skip", None)
     kwargs.pop("allow_is_bidirectional_skip", None)
     mask = mu.sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length,

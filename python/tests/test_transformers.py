@@ -125,6 +125,23 @@ def test_greedy_tokens_match_reference(name):
     assert torch.equal(outs["libmha"], outs[ref])
 
 
+@pytest.mark.parametrize("name", ["llama", "mistral"])
+def test_static_cache_matches_reference(name):
+    """A static cache: keys past the step are empty slots, so the queries do
+    not end at the last key; the mask goes through as an explicit mask and
+    the tokens equal the reference's."""
+    model, ref = _model(name)
+    ids, mask = _batch([11, 6], 11, left=True, seed=10)
+    outs = {}
+    for impl in (ref, "libmha"):
+        model.set_attn_implementation(impl)
+        with torch.no_grad():
+            outs[impl] = model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
+                                        max_new_tokens=20, min_new_tokens=20, pad_token_id=0,
+                                        cache_implementation="static")
+    assert torch.equal(outs["libmha"], outs[ref])
+
+
 @pytest.mark.parametrize("name", ["llama", "mistral", "gemma2", "gpt_oss"])
 def test_continuous_batching_matches_plain(name, monkeypatch):
     model, _ = _model(name)
