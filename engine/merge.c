@@ -84,6 +84,12 @@ static mha_status check_merge(const mha_merge_args *a)
     mha_status st;
     if ((st = mha_check_tensor(o, "out", 0, 0, &ro)) != MHA_OK)
         return st;
+    /* Parts and output are fp32 (a partial result keeps full precision;
+     * the compute dtype's rounding happens once, in the attention call). */
+    if (o->dtype != MHA_F32)
+        return mha_fail(MHA_ERR_UNSUPPORTED,
+                        "out.dtype (%s): mha_merge_states writes fp32",
+                        mha_dtype_name(o->dtype));
     if (!mha_non_self_overlapping(o))
         return mha_fail(MHA_ERR_BAD_STRIDE,
                         "out strides (%lld, %lld, %lld) make distinct "
@@ -110,6 +116,10 @@ static mha_status check_merge(const mha_merge_args *a)
         snprintf(name, sizeof name, "outs[%lld]", (long long)c);
         if ((st = mha_check_tensor(t, name, 0, 0, &r)) != MHA_OK)
             return st;
+        if (t->dtype != MHA_F32)
+            return mha_fail(MHA_ERR_UNSUPPORTED,
+                            "%s.dtype (%s): mha_merge_states reads fp32 "
+                            "parts", name, mha_dtype_name(t->dtype));
         if (t->batch != o->batch || t->seq != o->seq ||
             t->heads != o->heads || t->dim != o->dim)
             return mha_fail(MHA_ERR_BAD_SHAPE,

@@ -161,6 +161,10 @@ mha_status mha_quantize(const mha_tensor *src, const mha_tensor *dst,
     mha_status st;
     if ((st = mha_check_tensor(src, "src", 0, 0, &rs)) != MHA_OK)
         return st;
+    if (src->dtype != MHA_F32) /* a compute dtype, but rows are read as fp32 */
+        return mha_fail(MHA_ERR_UNSUPPORTED,
+                        "src.dtype (%s): mha_quantize takes fp32 rows",
+                        mha_dtype_name(src->dtype));
     const mha_dtype_traits *tr = mha_dtype_traits_of(dst->dtype);
     if (tr && !tr->needs_scale)
         return mha_fail(MHA_ERR_UNSUPPORTED,

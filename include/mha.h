@@ -448,7 +448,7 @@ typedef struct mha_merge_args {
     int64_t parts;            /* >= 1 */
     const mha_tensor *outs;   /* parts fp32 views [B, L, H, dv] */
     const float *const *lses; /* parts packed [B, H, L] arrays */
-    mha_tensor out;           /* [B, L, H, dv] written; must not overlap
+    mha_tensor out;           /* fp32 [B, L, H, dv] written; must not overlap
                                  an input */
     float *lse;               /* optional packed [B, H, L] written */
 } mha_merge_args;

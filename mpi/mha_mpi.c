@@ -517,12 +517,17 @@ static mha_status gather_merge(MPI_Comm comm, partials *pt,
 /* The local checks both attention forms start with, before their own
  * libmha check: pointers, weights (refused), positions (the library's). */
 static mha_status attention_args_ok(const mha_engine *engine, const void *args,
-                                    const float *weights,
+                                    mha_dtype compute, const float *weights,
                                     const mha_score_terms *terms)
 {
     if (!engine || !args)
         return fail(MHA_ERR_NULL_POINTER, "%s is NULL",
                     !engine ? "engine" : "args");
+    /* Partials travel and merge in fp32 (mha_merge_states). */
+    if (compute != MHA_F32)
+        return fail(MHA_ERR_UNSUPPORTED,
+                    "q.dtype (%s): the sequence-parallel calls take fp32 q "
+                    "and out", mha_dtype_name(compute));
     if (weights)
         return fail(MHA_ERR_UNSUPPORTED,
                     "weights: a shard's probabilities are not the "
@@ -542,7 +547,8 @@ mha_status mha_mpi_attention(const mha_engine *engine, MPI_Comm comm,
     same_values sv = {0};
     partials pt;
     memset(&pt, 0, sizeof pt);
-    if ((st = attention_args_ok(engine, args, args ? args->weights : NULL,
+    if ((st = attention_args_ok(engine, args, args ? args->q.dtype : MHA_F32,
+                                args ? args->weights : NULL,
                                 args ? args->terms : NULL)) == MHA_OK &&
         (st = local(mha_attention_check(engine, args))) == MHA_OK)
         st = partials_alloc(&pt, p, args->q.batch, args->q.seq,
@@ -585,7 +591,8 @@ mha_status mha_mpi_attention_varlen(const mha_engine *engine, MPI_Comm comm,
     partials pt;
     memset(&pt, 0, sizeof pt);
     int64_t *pos = NULL, B = args ? args->batch : 0;
-    if ((st = attention_args_ok(engine, args, args ? args->weights : NULL,
+    if ((st = attention_args_ok(engine, args, args ? args->q.dtype : MHA_F32,
+                                args ? args->weights : NULL,
                                 args ? args->terms : NULL)) == MHA_OK &&
         (st = local(mha_attention_varlen_check(engine, args))) == MHA_OK) {
         /* Packed queries merge as one [1, total_q] batch. */

@@ -211,6 +211,35 @@ START_TEST(compute_dtype_errors)
 }
 END_TEST
 
+/* mha_merge_states merges fp32 parts into fp32: a half out or part is
+ * refused, naming it, the output untouched. */
+START_TEST(merge_takes_fp32)
+{
+    float o0[2 * 4], o1[2 * 4], l0[2] = {0.5f, 1.0f}, l1[2] = {1.0f, 0.0f};
+    float out[2 * 4];
+    uint16_t outh[2 * 4];
+    for (int i = 0; i < 8; i++)
+        o0[i] = (float)i, o1[i] = (float)(8 - i), out[i] = 7.0f,
+        outh[i] = 0x1234u;
+    mha_tensor parts[2] = {mha_tensor_bshd(o0, 1, 2, 1, 4),
+                           mha_tensor_bshd(o1, 1, 2, 1, 4)};
+    const float *lses[2] = {l0, l1};
+    mha_merge_args a = {2, parts, lses,
+                        mha_tensor_bshd_typed(outh, MHA_BF16, 1, 2, 1, 4), NULL};
+    ck_assert_int_eq(mha_merge_states(&a), MHA_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(mha_last_error(), "out.dtype"), "%s", mha_last_error());
+    a.out = mha_tensor_bshd(out, 1, 2, 1, 4);
+    parts[1].dtype = MHA_F16;
+    ck_assert_int_eq(mha_merge_states(&a), MHA_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(mha_last_error(), "outs[1].dtype"), "%s",
+                  mha_last_error());
+    for (int i = 0; i < 8; i++)
+        ck_assert(out[i] == 7.0f && outh[i] == 0x1234u);
+    parts[1].dtype = MHA_F32;
+    ck_assert_int_eq(mha_merge_states(&a), MHA_OK);
+}
+END_TEST
+
 Suite *suite_compute(void)
 {
     Suite *s = suite_create("compute");
@@ -218,6 +247,7 @@ Suite *suite_compute(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, half_compute, 0, 2 * NCASES);
     tcase_add_test(tc, compute_dtype_errors);
+    tcase_add_test(tc, merge_takes_fp32);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -511,6 +511,9 @@ static const attn_fault ATTN_FAULTS[] = {
     {"causal differs across ranks", "causal", MHA_ERR_BAD_SHAPE, 0},
     {"k.heads does not divide q.heads on one rank", "k.heads",
      MHA_ERR_BAD_SHAPE, 0},
+    /* Partials travel and merge in fp32: a half compute dtype is refused
+     * (libmha's own calls take it). */
+    {"bf16 q and out", "q.dtype", MHA_ERR_UNSUPPORTED, 1},
 };
 #define N_ATTN_FAULTS ((int)(sizeof ATTN_FAULTS / sizeof ATTN_FAULTS[0]))
 
@@ -546,6 +549,7 @@ START_TEST(attention_errors_agree)
         case 3: a.weights = w; break;
         case 4: causal.causal = MHA_CAUSAL_TOP_LEFT; break;
         case 5: a.k.heads = 4, a.v.heads = 4; break;
+        case 6: a.q.dtype = a.out.dtype = MHA_BF16; break;
         }
     }
     mha_status st = mha_mpi_attention(e, MPI_COMM_WORLD, &a);

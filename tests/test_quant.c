@@ -419,6 +419,7 @@ START_TEST(bad_quantize)
     } rows[] = {
         {"dst f16", MHA_ERR_UNSUPPORTED, "dst.dtype", src, dst, sc},
         {"src i8", MHA_ERR_UNSUPPORTED, "src.dtype", dst, dst, sc},
+        {"src bf16", MHA_ERR_UNSUPPORTED, "src.dtype", src, dst, sc},
         {"no scales", MHA_ERR_NULL_POINTER, "dst.scales.data", src, dst, NULL},
         {"dst.seq differs", MHA_ERR_BAD_SHAPE, "dst.seq", src, dst, sc},
         {"scales_out differs from dst.scales", MHA_ERR_BAD_ARGUMENT,
@@ -430,10 +431,11 @@ START_TEST(bad_quantize)
     };
     rows[0].d.dtype = MHA_F16;
     rows[1].s.dtype = MHA_I8;
-    rows[3].d.seq = 1;
-    rows[4].d.scales.data = &other;
-    rows[5].d.scales.stride_seq = -1;
-    rows[6].d.stride_seq = 0;
+    rows[2].s.dtype = MHA_BF16;
+    rows[4].d.seq = 1;
+    rows[5].d.scales.data = &other;
+    rows[6].d.scales.stride_seq = -1;
+    rows[7].d.stride_seq = 0;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         float scb[2] = {-7.0f, -7.0f};
         uint8_t qb[16];
