@@ -73,11 +73,13 @@ static void stream_keys(const mk_table *t, const mha_problem *p,
  * softmax and accumulation stay fp32; the kernels never see the caller's
  * dtype. */
 static void stage_rows(const mk_table *t, const mha_problem *p,
-                       mha_row_block *rb, const mha_scratch *sc, int with_q)
+                       const mha_plan *pl, mha_row_block *rb,
+                       const mha_scratch *sc, int with_q)
 {
     if (p->compute == MHA_F32)
         return;
-    if (with_q) {
+    /* The bf16 slots read the caller's bf16 rows (q_src) themselves. */
+    if (with_q && !(pl->bf16_native && !rb->decode)) {
         size_t cs = mha_dtype_size(p->compute);
         for (int64_t r = 0; r < rb->rows; r++)
             t->widen[p->compute](rb->q_src + (size_t)(r * rb->ldq_src) * cs,
@@ -134,7 +136,7 @@ void mha_attention_run(const mk_table *t, const mha_problem *p,
             int64_t unit, c;
             const mha_seq *s = item_of(p, seqs, it, &unit, &c);
             mha_row_block rb = mha_row_block_of(p, pl, seqs, unit);
-            stage_rows(t, p, &rb, &sc, 1);
+            stage_rows(t, p, pl, &rb, &sc, 1);
             sc.cache = s->cache ? &cache : NULL;
             /* Key blocks start at multiples of block_k (the head cache
              * finds a block's panels there); the tile mask hides the keys
@@ -165,7 +167,7 @@ void mha_attention_run(const mk_table *t, const mha_problem *p,
                 if (s->chunks == 1)
                     continue;
                 mha_row_block rb = mha_row_block_of(p, pl, seqs, u);
-                stage_rows(t, p, &rb, &sc, 0);
+                stage_rows(t, p, pl, &rb, &sc, 0);
                 mha_merge_chunks(t, p, s, &rb, unit_partials(s, partials, u));
             }
         }

@@ -50,9 +50,24 @@ static int detect_avx512(void)
                            (1u << 7);
     return (xlo & state) == state;
 }
+
+/* The avx512bf16 table: the avx512 table's needs plus AVX512-BF16 (CPUID
+ * leaf 7 subleaf 1 EAX bit 5). */
+static int detect_avx512_bf16(void)
+{
+    if (!detect_avx512())
+        return 0;
+    unsigned a, b, c, d;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (a < 1) /* no subleaf 1 */
+        return 0;
+    __cpuid_count(7, 1, a, b, c, d);
+    return (a & (1u << 5)) != 0;
+}
 #else
 static int detect_avx2_fma(void) { return 0; }
 static int detect_avx512(void) { return 0; }
+static int detect_avx512_bf16(void) { return 0; }
 #endif
 
 #if defined(__aarch64__) && defined(__linux__)
@@ -72,4 +87,5 @@ static int detect_neon(void) { return 0; }
 
 int mha_cpu_detect_avx2_fma(void) { return detect_avx2_fma(); }
 int mha_cpu_detect_avx512(void) { return detect_avx512(); }
+int mha_cpu_detect_avx512_bf16(void) { return detect_avx512_bf16(); }
 int mha_cpu_detect_neon(void) { return detect_neon(); }

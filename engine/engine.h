@@ -23,6 +23,7 @@ mha_status mha_fail(mha_status status, const char *fmt, ...)
  * AVX-512F/BW/VL/DQ with the opmask and ZMM state enabled, and AVX2+FMA. */
 int mha_cpu_detect_avx2_fma(void);
 int mha_cpu_detect_avx512(void);
+int mha_cpu_detect_avx512_bf16(void);
 int mha_cpu_detect_neon(void);
 
 /* isa.c: the filled table of an ISA, or an error status (with message)

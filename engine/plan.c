@@ -230,10 +230,24 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
     return 1;
 }
 
+/* Whether the prefill stream computes in bf16 on the table's bf16 slots
+ * (docs/design.md, "Compute dtype"): bf16 q, K and V, even d, a dense
+ * cache (a paged one is gathered through fp32), and query and key rows
+ * that stay pairs of codes (4-byte aligned q, even strides). Decided once
+ * per call, so every row block of a head shares one packing. */
+static int bf16_native(const mk_table *t, const mha_problem *p)
+{
+    return t->qk_bf16 && p->compute == MHA_BF16 && p->k_dtype == MHA_BF16 &&
+           p->v_dtype == MHA_BF16 && !p->block_table && p->d % 2 == 0 &&
+           (uintptr_t)p->q % 4 == 0 && p->q_sb % 2 == 0 &&
+           p->q_ss % 2 == 0 && p->q_sh % 2 == 0 && p->k_ss % 2 == 0;
+}
+
 mha_status mha_plan_make(const mha_engine *engine, const mha_problem *p,
                          mha_plan *pl)
 {
     const mk_table *t = &engine->kernels;
+    pl->bf16_native = bf16_native(t, p);
     if (!cut_work(t, p, pl))
         return mha_fail(MHA_ERR_OVERFLOW,
                         "attention work items for %lld sequences overflow",

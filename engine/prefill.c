@@ -103,6 +103,28 @@ static void pack_keys(const mk_table *t, const mha_problem *p,
     t->pack(k, ldk, nk, p->d, kp);
 }
 
+/* bf16 compute (pl->bf16_native): rows [k0, k0 + n) of the row block's
+ * K (value 0) or V head in place, as bf16 codes at stride *ld. */
+static const uint16_t *bf16_rows(const mha_problem *p,
+                                 const mha_row_block *rb, int value,
+                                 int64_t k0, int64_t n, ptrdiff_t *ld)
+{
+    const char *x;
+    const float *scale;
+    int64_t run = mha_kv_run(p, rb, value, k0, n, &x, &scale);
+    (void)run; /* a dense cache: one run (bf16_native in plan.c) */
+    *ld = value ? p->v_ss : p->k_ss;
+    return (const uint16_t *)(const void *)x;
+}
+
+/* Floats of packed keys before key k0 of a head: the bf16 slots pack
+ * pairs of codes, a float's width, so their depth is d / 2. */
+static size_t packed_before(const mk_table *t, const mha_problem *p,
+                            const mha_plan *pl, int64_t k0)
+{
+    return t->packed_floats(k0, pl->bf16_native ? p->d / 2 : p->d);
+}
+
 void mha_prefill_scores(const mk_table *t, const mha_problem *p,
                         const mha_plan *pl, const mha_row_block *rb,
                         const mha_scratch *sc, float *m, int64_t k0,
@@ -116,13 +138,22 @@ void mha_prefill_scores(const mk_table *t, const mha_problem *p,
          * panel, so block k0 sits at packed_floats(k0, d) in the head's
          * pack. */
         mha_head_cache *c = sc->cache;
-        kp += t->packed_floats(k0, p->d);
+        kp += packed_before(t, p, pl, k0);
         pack = cache_claim(&c->head, &c->lo, &c->hi, rb->cache_id, k0, nk);
     }
-    if (pack)
-        pack_keys(t, p, rb, sc, k0, nk, kp);
-    (void)pl;
-    t->qk(rb->q, rb->ldq, rb->rows, kp, nk, p->d, sc->s, rb->key_block);
+    if (pl->bf16_native) {
+        ptrdiff_t ldk;
+        if (pack) {
+            const uint16_t *k = bf16_rows(p, rb, 0, k0, nk, &ldk);
+            t->pack_bf16(k, ldk, nk, p->d, kp);
+        }
+        t->qk_bf16((const uint16_t *)(const void *)rb->q_src, rb->ldq_src,
+                   rb->rows, kp, nk, p->d, sc->s, rb->key_block);
+    } else {
+        if (pack)
+            pack_keys(t, p, rb, sc, k0, nk, kp);
+        t->qk(rb->q, rb->ldq, rb->rows, kp, nk, p->d, sc->s, rb->key_block);
+    }
     t->softmax_update(sc->s, rb->key_block, rb->rows, nk, p->scale, &mk, m,
                       row_sum, sc->alpha);
 }
@@ -138,6 +169,11 @@ static void key_step(const mk_table *t, const mha_problem *p,
     if (rb->w)
         t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, rb->w_ld);
     ptrdiff_t ldv;
+    if (pl->bf16_native) { /* values in place; P becomes bf16 in sc->s */
+        const uint16_t *v = bf16_rows(p, rb, 1, k0, nk, &ldv);
+        t->pv_bf16(sc->s, bk, rb->rows, nk, v, ldv, dv, sc->alpha, o, dv);
+        return;
+    }
     const float *v = sc->cache ? cached_values(t, p, rb, sc, k0, nk, &ldv)
                                : f32_rows(t, p, rb, 1, k0, nk, sc->vw, &ldv);
     t->pv(sc->s, bk, rb->rows, nk, v, ldv, dv, sc->alpha, o, dv);
@@ -146,14 +182,23 @@ static void key_step(const mk_table *t, const mha_problem *p,
 /* Packs keys [k0, k0 + nk) of the row block's head into the head cache
  * and copies its values, as key_step would. */
 static void ensure_cached(const mk_table *t, const mha_problem *p,
-                          const mha_row_block *rb, const mha_scratch *sc,
-                          int64_t k0, int64_t nk)
+                          const mha_plan *pl, const mha_row_block *rb,
+                          const mha_scratch *sc, int64_t k0, int64_t nk)
 {
     mha_head_cache *c = sc->cache;
-    if (cache_claim(&c->head, &c->lo, &c->hi, rb->cache_id, k0, nk))
-        pack_keys(t, p, rb, sc, k0, nk, sc->kp + t->packed_floats(k0, p->d));
-    ptrdiff_t ldv;
-    cached_values(t, p, rb, sc, k0, nk, &ldv);
+    int pack = cache_claim(&c->head, &c->lo, &c->hi, rb->cache_id, k0, nk);
+    float *kp = sc->kp + packed_before(t, p, pl, k0);
+    ptrdiff_t ld;
+    if (pl->bf16_native) { /* values are read in place */
+        if (pack) {
+            const uint16_t *k = bf16_rows(p, rb, 0, k0, nk, &ld);
+            t->pack_bf16(k, ld, nk, p->d, kp);
+        }
+        return;
+    }
+    if (pack)
+        pack_keys(t, p, rb, sc, k0, nk, kp);
+    cached_values(t, p, rb, sc, k0, nk, &ld);
 }
 
 /* Rows of the causal diagonal processed together: a multiple of every
@@ -178,11 +223,14 @@ static int splits_rows(const mha_row_block *rb, const mha_scratch *sc,
 }
 
 /* Rows [r, r + n) of a row block (n cut at its end). */
-static mha_row_block sub_block(const mha_row_block *rb, int64_t r, int64_t n)
+static mha_row_block sub_block(const mha_problem *p, const mha_row_block *rb,
+                               int64_t r, int64_t n)
 {
     mha_row_block sub = *rb;
     sub.rows = rb->rows - r < n ? rb->rows - r : n;
-    sub.q += r * rb->ldq;
+    if (sub.q) /* NULL when the bf16 slots read q_src */
+        sub.q += r * rb->ldq;
+    sub.q_src += (size_t)(r * rb->ldq_src) * mha_dtype_size(p->compute);
     sub.out += r * rb->ldo;
     if (sub.keep)
         sub.keep += r * rb->keep_ld;
@@ -217,9 +265,9 @@ void mha_prefill_step(const mk_table *t, const mha_problem *p,
      * starting at a packing panel (packed_floats(1, d) / d keys) so its
      * keys' panels are found at packed_floats(start, d). */
     int64_t dv = p->dv, panel = (int64_t)t->packed_floats(1, p->d) / p->d;
-    ensure_cached(t, p, rb, sc, k0, nk);
+    ensure_cached(t, p, pl, rb, sc, k0, nk);
     for (int64_t r = 0; r < rb->rows; r += DIAG_ROWS) {
-        mha_row_block sub = sub_block(rb, r, DIAG_ROWS);
+        mha_row_block sub = sub_block(p, rb, r, DIAG_ROWS);
         int64_t lo = k0, hi = k0 + nk;
         if (sub.diag_lo != MK_NO_DIAG_LO && sub.diag_lo > lo)
             lo = k0 + (sub.diag_lo - k0) / panel * panel;

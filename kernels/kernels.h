@@ -253,6 +253,30 @@ typedef void mk_linear_fn(const float *a, ptrdiff_t lda, int64_t m,
                           const float *wp, int64_t n, int64_t k,
                           const float *bias, float *c, ptrdiff_t ldc);
 
+/* bf16 compute (docs/design.md, "Compute dtype"): optional slots, NULL
+ * in a table without a bf16 dot product (the engine then widens to fp32).
+ * Operands are bf16 codes; d is even and row strides count elements.
+ * pack_bf16: n key rows of depth d (ldx even) into the panels qk_bf16
+ * reads, packed_floats(n, d / 2) floats (block offsets as for pack, at
+ * depth d / 2).
+ * qk_bf16: s[i][j] = sum_p q[i][p] * K[j][p], unscaled, ldq even and q
+ * 4-byte aligned; products exact, sums in fp32 two terms at a time (a
+ * different order from qk's); inputs and results below FLT_MIN may
+ * flush to zero.
+ * pv_bf16: o[i][c] = alpha[i] * o[i][c] + sum_j bf16(p[i][j]) * V[j][c],
+ * p rounded to bf16 to nearest even: the rounding bf16 hardware
+ * multiplies in. p (ldp >= n when m > 1) is scratch: its rows are
+ * overwritten with the bf16 codes. Sums in key order, two keys at a
+ * time. */
+typedef void mk_pack_bf16_fn(const uint16_t *x, ptrdiff_t ldx, int64_t n,
+                             int64_t d, float *packed);
+typedef void mk_qk_bf16_fn(const uint16_t *q, ptrdiff_t ldq, int64_t m,
+                           const float *kp, int64_t n, int64_t d, float *s,
+                           ptrdiff_t lds);
+typedef void mk_pv_bf16_fn(float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+                           const uint16_t *v, ptrdiff_t ldv, int64_t dv,
+                           const float *alpha, float *o, ptrdiff_t ldo);
+
 /* The benchmark's FMA peak: independent multiply-add chains in this ISA's
  * widest registers, `iterations` steps of every chain; the result depends
  * on every chain so no compiler drops them. */
@@ -278,6 +302,10 @@ typedef struct mk_table {
     mk_decode_pv_fn *decode_pv;
     mk_widen_fn *widen[MK_DTYPE_COUNT]; /* widen[MK_F32] copies */
     mk_linear_fn *linear;
+    /* bf16 compute: all three, or none (NULL). */
+    mk_pack_bf16_fn *pack_bf16;
+    mk_qk_bf16_fn *qk_bf16;
+    mk_pv_bf16_fn *pv_bf16;
 
     /* For the benchmark only: the FMA peak loop and the floating-point
      * operations one iteration of it performs. */
@@ -290,11 +318,13 @@ typedef struct mk_table {
  * inherits the nearest table's kernels. mk_init_generic sets every slot.
  * mk_init_avx2 exists only when the build defines MHA_HAVE_AVX2 (base:
  * generic), mk_init_avx512 only with MHA_HAVE_AVX512 (base: avx2),
+ * mk_init_avx512bf16 only with MHA_HAVE_AVX512BF16 (base: avx512),
  * mk_init_neon only with MHA_HAVE_NEON (base: generic). Whether the CPU can
  * run a table is the engine's question (engine/isa.c). */
 void mk_init_generic(mk_table *t);
 void mk_init_avx2(mk_table *t);
 void mk_init_avx512(mk_table *t);
+void mk_init_avx512bf16(mk_table *t);
 void mk_init_neon(mk_table *t);
 
 #ifdef __cplusplus

@@ -7,7 +7,10 @@
  * kernel is checked against plain double loops (TOL_REF) and, for a table
  * other than generic, against the generic table's float result
  * (TOL_KERNEL). The softmax step is test_softmax.c, the decode kernels
- * test_kernel_decode.c.
+ * test_kernel_decode.c. The bf16 compute slots (pack_bf16, qk_bf16,
+ * pv_bf16) of the tables that have them are checked against double loops
+ * on the bf16 values (P rounded to bf16 first, as the slot's contract
+ * says), at TOL_REF.
  */
 #include <math.h>
 #include <stdio.h>
@@ -310,6 +313,132 @@ START_TEST(broadcast_input_rows)
 END_TEST
 
 
+/* ---- bf16 compute slots ------------------------------------------------ */
+
+/* n random values as bf16 codes (at stride ld, the gaps random too) and
+ * their values as a dense n-row double array of width w. */
+static uint16_t *bf16_rows(test_rng *r, int64_t n, int64_t w, ptrdiff_t ld,
+                           double **wide)
+{
+    size_t count = (size_t)((n - 1) * ld + w);
+    float *f = random_floats(r, count);
+    uint16_t *x = test_alloc(count * sizeof *x);
+    mha_f32_to_bf16(f, count, x);
+    *wide = test_alloc((size_t)(n * w) * sizeof **wide);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t c = 0; c < w; c++) {
+            float v;
+            mha_bf16_to_f32(&x[i * ld + c], 1, &v);
+            (*wide)[i * w + c] = v;
+        }
+    free(f);
+    return x;
+}
+
+static void qk_bf16_case(const mk_table *t, const char *isa, int64_t m,
+                         int64_t n, int64_t d, ptrdiff_t ldq, ptrdiff_t ldk,
+                         test_rng *r)
+{
+    const ptrdiff_t lds = n + 5;
+    double *qd, *kd;
+    uint16_t *q = bf16_rows(r, m, d, ldq, &qd), *k = bf16_rows(r, n, d, ldk, &kd);
+    double *want = test_alloc((size_t)(m * n) * sizeof *want);
+    double *mag = test_alloc((size_t)(m * n) * sizeof *mag);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double sum = 0, abs = 0;
+            for (int64_t p = 0; p < d; p++) {
+                sum += qd[i * d + p] * kd[j * d + p];
+                abs += fabs(qd[i * d + p] * kd[j * d + p]);
+            }
+            want[i * n + j] = sum, mag[i * n + j] = abs;
+        }
+    expect e = {.kernel = "pack_bf16+qk_bf16", .isa = isa,
+                .against = "double"};
+    snprintf(e.shape, sizeof e.shape, "m %lld n %lld d %lld ldq %td ldk %td",
+             (long long)m, (long long)n, (long long)d, ldq, ldk);
+    size_t kp_floats = t->packed_floats(n, d / 2);
+    float *kp = out_buffer(kp_floats);
+    t->pack_bf16(k, ldk, n, d, kp);
+    REQUIRE(count_changed(kp + kp_floats, GUARD) == 0,
+            "pack_bf16 [%s] %s: wrote past packed_floats(n, d / 2)", isa,
+            e.shape);
+    float *s = out_buffer((size_t)(m * lds));
+    t->qk_bf16(q, ldq, m, kp, n, d, s, lds);
+    expect_matrix(&e, s, m, n, lds, want, mag, NULL, TOL_REF_ABS, TOL_REF_REL);
+    free(q), free(k), free(qd), free(kd), free(want), free(mag), free(kp);
+    free(s);
+}
+
+static void pv_bf16_case(const mk_table *t, const char *isa, int64_t m,
+                         int64_t n, int64_t dv, ptrdiff_t ldv, test_rng *r)
+{
+    const ptrdiff_t ldp = n + 3, ldo = dv + 7;
+    float *p = random_floats(r, (size_t)(m * ldp));
+    for (size_t x = 0; x < (size_t)(m * ldp); x++)
+        p[x] = x % 11 == 3 ? 0.0f : fabsf(p[x]);
+    /* The reference multiplies P rounded to bf16 (the slot's contract). */
+    float *pr = test_alloc((size_t)(m * ldp) * sizeof *pr);
+    uint16_t *code = test_alloc((size_t)(m * ldp) * sizeof *code);
+    mha_f32_to_bf16(p, (size_t)(m * ldp), code);
+    mha_bf16_to_f32(code, (size_t)(m * ldp), pr);
+    double *vd;
+    uint16_t *v = bf16_rows(r, n, dv, ldv, &vd);
+    float *alpha = random_floats(r, (size_t)m);
+    for (int64_t i = 0; i < m; i++)
+        alpha[i] = i % 5 == 0 ? 1.0f : i % 5 == 1 ? 0.0f : fabsf(alpha[i]);
+    float *o0 = random_floats(r, (size_t)(m * ldo));
+    double *want = test_alloc((size_t)(m * dv) * sizeof *want);
+    double *mag = test_alloc((size_t)(m * dv) * sizeof *mag);
+    ref_pv(m, n, dv, pr, ldp, vd, alpha, o0, ldo, want, mag);
+    expect e = {.kernel = "pv_bf16", .isa = isa, .against = "double"};
+    snprintf(e.shape, sizeof e.shape, "m %lld n %lld dv %lld ldv %td",
+             (long long)m, (long long)n, (long long)dv, ldv);
+    float *o = out_buffer((size_t)(m * ldo));
+    for (int64_t i = 0; i < m; i++)
+        memcpy(&o[i * ldo], &o0[i * ldo], (size_t)dv * sizeof(float));
+    t->pv_bf16(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);
+    expect_matrix(&e, o, m, dv, ldo, want, mag, NULL, TOL_REF_ABS, TOL_REF_REL);
+    free(p), free(pr), free(code), free(v), free(vd), free(alpha), free(o0);
+    free(want), free(mag), free(o);
+}
+
+START_TEST(bf16_slots)
+{
+    table_set ts;
+    get_tables(&ts);
+    test_rng r;
+    rng_seed(&r, 61);
+    int ran = 0;
+    for (int x = 0; x < ts.n; x++) {
+        const mk_table *t = &ts.t[x];
+        const char *isa = mha_isa_name(ts.isa[x]);
+        REQUIRE(!t->pack_bf16 == !t->qk_bf16 && !t->qk_bf16 == !t->pv_bf16,
+                "table %s sets some bf16 slots, not all", isa);
+        if (!t->qk_bf16)
+            continue;
+        ran++;
+        static const int64_t ms[] = {1, 11, 12, 13, 145};
+        static const int64_t ns[] = {1, 2, 31, 33, 129, 300};
+        static const int64_t ds[] = {2, 18, 64, 130};
+        for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
+            for (size_t j = 0; j < sizeof ns / sizeof *ns; j++)
+                for (size_t k = 0; k < sizeof ds / sizeof *ds; k++)
+                    qk_bf16_case(t, isa, ms[i], ns[j], ds[k],
+                                 ds[k] + 2 * (int64_t)i, ds[k] + 4, &r);
+        static const int64_t dvs[] = {1, 16, 31, 32, 33, 80, 128};
+        for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
+            for (size_t j = 0; j < sizeof ns / sizeof *ns; j++)
+                for (size_t k = 0; k < sizeof dvs / sizeof *dvs; k++)
+                    pv_bf16_case(t, isa, ms[i], ns[j], dvs[k],
+                                 dvs[k] + (int64_t)j, &r);
+        pv_bf16_case(t, isa, 5, 23, 17, 0, &r); /* one value row for all */
+    }
+    printf("bf16 compute slots checked on %d table(s)\n", ran);
+}
+END_TEST
+
+
 Suite *suite_kernels(void)
 {
     Suite *s = suite_create("kernels");
@@ -321,6 +450,7 @@ Suite *suite_kernels(void)
     tcase_add_test(tc, cvt_f16_exhaustive);
     tcase_add_test(tc, cvt_bf16_exhaustive);
     tcase_add_test(tc, broadcast_input_rows);
+    tcase_add_test(tc, bf16_slots);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -34,6 +34,15 @@ _Static_assert(MK_AVX512_MR >= 8 && MK_AVX512_MR <= MK_AVX512_MR_MAX &&
                    MK_AVX512_MR <= 15,
                "MK_TD_REST_HALVING covers a remainder of at most 15 rows");
 
+/* One step of the depth loop: acc + a * b, a broadcast element of A.
+ * The bf16 table (kernels/avx512bf16) includes this tile with its own
+ * step, a dot product of bf16 pairs; A's elements are then such pairs,
+ * read through a may_alias type. */
+#ifndef MK_AVX512_STEP
+#define MK_AVX512_STEP(acc, a, b) _mm512_fmadd_ps(a, b, acc)
+#endif
+typedef float mk_avx512_elem __attribute__((may_alias));
+
 #ifndef MK_AVX512_PREFETCH_ROWS
 #define MK_AVX512_PREFETCH_ROWS 8
 #endif
@@ -119,9 +128,10 @@ mk_avx512_tile(const int mr, const unsigned flags, int64_t k, const float *a,
         }
 #pragma GCC unroll 16
         for (int r = 0; r < mr; r++) {
-            __m512 ar = _mm512_set1_ps(a[r * lda + p]);
-            acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
+            __m512 ar =
+                _mm512_set1_ps(((const mk_avx512_elem *)a)[r * lda + p]);
+            acc[r][0] = MK_AVX512_STEP(acc[r][0], ar, b0);
+            acc[r][1] = MK_AVX512_STEP(acc[r][1], ar, b1);
         }
     }
 

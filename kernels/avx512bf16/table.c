@@ -1,0 +1,15 @@
+/* The AVX512-BF16 table: avx512's (every CPU that runs it runs avx512),
+ * plus the bf16 compute slots. The fp32 kernels, block sizes and the FMA
+ * peak (the fp32 reference the benchmark reads bf16 rates against) stay
+ * avx512's. */
+#include "avx512/avx512.h"
+#include "avx512bf16.h"
+
+void mk_init_avx512bf16(mk_table *t)
+{
+    mk_init_avx512(t);
+    t->name = "avx512bf16";
+    t->pack_bf16 = mk_avx512bf16_pack_bf16;
+    t->qk_bf16 = mk_avx512bf16_qk_bf16_12x32;
+    t->pv_bf16 = mk_avx512bf16_pv_bf16_12x32;
+}
