@@ -141,8 +141,15 @@ void mha_narrow_rows(mha_dtype dtype, const float *x, ptrdiff_t ldx,
         const float *xr = x + r * ldx;
         uint16_t *yr = (uint16_t *)y + r * ldy;
         if (dtype == MHA_BF16)
-            for (int64_t c = 0; c < n; c++)
-                yr[c] = to_bf16(xr[c]);
+            for (int64_t c = 0; c < n; c++) {
+                /* to_bf16 without branches, so the loop vectorises: the
+                 * output of every bf16 call passes here. */
+                uint32_t u = bits_of(xr[c]);
+                uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+                uint32_t quiet = (u >> 16) | 0x0040u;
+                yr[c] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet
+                                                                   : rounded);
+            }
         else
             for (int64_t c = 0; c < n; c++)
                 yr[c] = to_f16(xr[c]);

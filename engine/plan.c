@@ -214,6 +214,15 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
           !mha_mul_ok(bk, p->d, &part[KW])) ||
          !mha_mul_ok(values, p->dv, &part[VW])))
         return 0;
+    /* bf16 compute packs values by pairs of keys, a block's pack as large
+     * as a full block's (prefill.c, bf16_values). */
+    if (pl->any_prefill && pl->bf16_native) {
+        size_t vp = t->packed_v_bf16_floats(values, p->dv);
+        if (vp > (size_t)INT64_MAX / 2)
+            return 0;
+        if ((int64_t)vp > part[VW])
+            part[VW] = (int64_t)vp;
+    }
     int64_t *off[12] = {&pl->thread.s,  &pl->thread.kp, &pl->thread.o,
                         &pl->thread.m,  &pl->thread.l,  &pl->thread.alpha,
                         &pl->thread.l2, &pl->thread.kw, &pl->thread.vw,

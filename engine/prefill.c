@@ -117,6 +117,34 @@ static const uint16_t *bf16_rows(const mha_problem *p,
     return (const uint16_t *)(const void *)x;
 }
 
+/* bf16 compute: values [k0, k0 + nk) as the pairs pv_bf16 reads (*cb:
+ * its column block stride), packed into vw a key block at a time (each
+ * block's pack as big as a full block's) and kept across the head's row
+ * blocks with the head cache. k0 is a block's start, or an even key of a
+ * block ensure_cached packed whole. */
+static const float *bf16_values(const mk_table *t, const mha_problem *p,
+                                const mha_row_block *rb,
+                                const mha_scratch *sc, int64_t k0,
+                                int64_t nk, ptrdiff_t *cb)
+{
+    int64_t bk = rb->key_block, kb = k0 / bk * bk;
+    float *block = sc->vw;
+    int pack = 1;
+    *cb = (ptrdiff_t)t->packed_v_bf16_floats(bk, 1);
+    if (sc->cache) {
+        mha_head_cache *c = sc->cache;
+        block += t->packed_v_bf16_floats(kb, p->dv);
+        pack = cache_claim(&c->vhead, &c->vlo, &c->vhi, rb->cache_id, k0, nk);
+    }
+    float *at = block + t->packed_v_bf16_floats(k0 - kb, 1);
+    if (pack) {
+        ptrdiff_t ldv;
+        const uint16_t *v = bf16_rows(p, rb, 1, k0, nk, &ldv);
+        t->pack_v_bf16(v, ldv, nk, p->dv, at, *cb);
+    }
+    return at;
+}
+
 /* Floats of packed keys before key k0 of a head: the bf16 slots pack
  * pairs of codes, a float's width, so their depth is d / 2. */
 static size_t packed_before(const mk_table *t, const mha_problem *p,
@@ -169,9 +197,9 @@ static void key_step(const mk_table *t, const mha_problem *p,
     if (rb->w)
         t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, rb->w_ld);
     ptrdiff_t ldv;
-    if (pl->bf16_native) { /* values in place; P becomes bf16 in sc->s */
-        const uint16_t *v = bf16_rows(p, rb, 1, k0, nk, &ldv);
-        t->pv_bf16(sc->s, bk, rb->rows, nk, v, ldv, dv, sc->alpha, o, dv);
+    if (pl->bf16_native) { /* P becomes bf16 codes in sc->s */
+        const float *vp = bf16_values(t, p, rb, sc, k0, nk, &ldv);
+        t->pv_bf16(sc->s, bk, rb->rows, nk, vp, ldv, dv, sc->alpha, o, dv);
         return;
     }
     const float *v = sc->cache ? cached_values(t, p, rb, sc, k0, nk, &ldv)
@@ -189,11 +217,12 @@ static void ensure_cached(const mk_table *t, const mha_problem *p,
     int pack = cache_claim(&c->head, &c->lo, &c->hi, rb->cache_id, k0, nk);
     float *kp = sc->kp + packed_before(t, p, pl, k0);
     ptrdiff_t ld;
-    if (pl->bf16_native) { /* values are read in place */
+    if (pl->bf16_native) {
         if (pack) {
             const uint16_t *k = bf16_rows(p, rb, 0, k0, nk, &ld);
             t->pack_bf16(k, ld, nk, p->d, kp);
         }
+        bf16_values(t, p, rb, sc, k0, nk, &ld);
         return;
     }
     if (pack)

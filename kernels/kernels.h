@@ -263,18 +263,28 @@ typedef void mk_linear_fn(const float *a, ptrdiff_t lda, int64_t m,
  * 4-byte aligned; products exact, sums in fp32 two terms at a time (a
  * different order from qk's); inputs and results below FLT_MIN may
  * flush to zero.
+ * pack_v_bf16: n value rows of width dv as pairs of keys: column block b
+ * (columns 32b..32b+31) at packed + b * cb_stride holds ceil(n / 2) rows
+ * of 32 words, word (t, c) = the codes of V[2t][32b + c] (low half) and
+ * V[2t + 1][32b + c], zeros past dv and for the missing key of an odd n.
+ * cb_stride >= packed_v_bf16_floats(n, 1); the whole pack is
+ * packed_v_bf16_floats(n, dv) floats when cb_stride is that minimum.
  * pv_bf16: o[i][c] = alpha[i] * o[i][c] + sum_j bf16(p[i][j]) * V[j][c],
- * p rounded to bf16 to nearest even: the rounding bf16 hardware
- * multiplies in. p (ldp >= n when m > 1) is scratch: its rows are
- * overwritten with the bf16 codes. Sums in key order, two keys at a
- * time. */
+ * c < dv, over keys j < n of a pack (vp, cb_stride; vp may start at an
+ * even key of a larger pack, whose keys past n it never multiplies). p
+ * rounded to bf16 to nearest even: the rounding bf16 hardware multiplies
+ * in. p (ldp >= n when m > 1) is scratch: its rows are overwritten with
+ * the bf16 codes. Sums in key order, two keys at a time. */
 typedef void mk_pack_bf16_fn(const uint16_t *x, ptrdiff_t ldx, int64_t n,
                              int64_t d, float *packed);
 typedef void mk_qk_bf16_fn(const uint16_t *q, ptrdiff_t ldq, int64_t m,
                            const float *kp, int64_t n, int64_t d, float *s,
                            ptrdiff_t lds);
+typedef void mk_pack_v_bf16_fn(const uint16_t *v, ptrdiff_t ldv, int64_t n,
+                               int64_t dv, float *packed,
+                               ptrdiff_t cb_stride);
 typedef void mk_pv_bf16_fn(float *p, ptrdiff_t ldp, int64_t m, int64_t n,
-                           const uint16_t *v, ptrdiff_t ldv, int64_t dv,
+                           const float *vp, ptrdiff_t cb_stride, int64_t dv,
                            const float *alpha, float *o, ptrdiff_t ldo);
 
 /* The benchmark's FMA peak: independent multiply-add chains in this ISA's
@@ -302,9 +312,11 @@ typedef struct mk_table {
     mk_decode_pv_fn *decode_pv;
     mk_widen_fn *widen[MK_DTYPE_COUNT]; /* widen[MK_F32] copies */
     mk_linear_fn *linear;
-    /* bf16 compute: all three, or none (NULL). */
+    /* bf16 compute: all five, or none (NULL). */
     mk_pack_bf16_fn *pack_bf16;
     mk_qk_bf16_fn *qk_bf16;
+    mk_packed_floats_fn *packed_v_bf16_floats;
+    mk_pack_v_bf16_fn *pack_v_bf16;
     mk_pv_bf16_fn *pv_bf16;
 
     /* For the benchmark only: the FMA peak loop and the floating-point

@@ -370,10 +370,15 @@ static void qk_bf16_case(const mk_table *t, const char *isa, int64_t m,
     free(s);
 }
 
+/* Keys [off, off + n) of a pack of off + n + 1 value rows (off even, a
+ * padded column block stride) whose key after the range is +inf: pv_bf16
+ * must not multiply it (0 x inf would make NaN). */
 static void pv_bf16_case(const mk_table *t, const char *isa, int64_t m,
-                         int64_t n, int64_t dv, ptrdiff_t ldv, test_rng *r)
+                         int64_t n, int64_t dv, ptrdiff_t ldv, int64_t off,
+                         test_rng *r)
 {
     const ptrdiff_t ldp = n + 3, ldo = dv + 7;
+    const int64_t rows = off + n + 1;
     float *p = random_floats(r, (size_t)(m * ldp));
     for (size_t x = 0; x < (size_t)(m * ldp); x++)
         p[x] = x % 11 == 3 ? 0.0f : fabsf(p[x]);
@@ -383,24 +388,37 @@ static void pv_bf16_case(const mk_table *t, const char *isa, int64_t m,
     mha_f32_to_bf16(p, (size_t)(m * ldp), code);
     mha_bf16_to_f32(code, (size_t)(m * ldp), pr);
     double *vd;
-    uint16_t *v = bf16_rows(r, n, dv, ldv, &vd);
+    uint16_t *v = bf16_rows(r, rows, dv, ldv, &vd);
+    for (int64_t c = 0; c < dv && ldv > 0; c++) /* (ldv 0: one row) */
+        v[(off + n) * ldv + c] = 0x7F80u;           /* +inf */
     float *alpha = random_floats(r, (size_t)m);
     for (int64_t i = 0; i < m; i++)
         alpha[i] = i % 5 == 0 ? 1.0f : i % 5 == 1 ? 0.0f : fabsf(alpha[i]);
     float *o0 = random_floats(r, (size_t)(m * ldo));
     double *want = test_alloc((size_t)(m * dv) * sizeof *want);
     double *mag = test_alloc((size_t)(m * dv) * sizeof *mag);
-    ref_pv(m, n, dv, pr, ldp, vd, alpha, o0, ldo, want, mag);
-    expect e = {.kernel = "pv_bf16", .isa = isa, .against = "double"};
-    snprintf(e.shape, sizeof e.shape, "m %lld n %lld dv %lld ldv %td",
-             (long long)m, (long long)n, (long long)dv, ldv);
+    ref_pv(m, n, dv, pr, ldp, vd + off * dv, alpha, o0, ldo, want, mag);
+    expect e = {.kernel = "pack_v_bf16+pv_bf16", .isa = isa,
+                .against = "double"};
+    snprintf(e.shape, sizeof e.shape,
+             "m %lld n %lld dv %lld ldv %td keys from %lld", (long long)m,
+             (long long)n, (long long)dv, ldv, (long long)off);
+    const ptrdiff_t cb = (ptrdiff_t)t->packed_v_bf16_floats(rows, 1) + 16;
+    const size_t vp_floats =
+        (size_t)cb * (size_t)((dv + 31) / 32 > 0 ? (dv + 31) / 32 : 1);
+    float *vp = out_buffer(vp_floats);
+    t->pack_v_bf16(v, ldv, rows, dv, vp, cb);
+    REQUIRE(count_changed(vp + vp_floats, GUARD) == 0,
+            "pack_v_bf16 [%s] %s: wrote past its column blocks", isa,
+            e.shape);
     float *o = out_buffer((size_t)(m * ldo));
     for (int64_t i = 0; i < m; i++)
         memcpy(&o[i * ldo], &o0[i * ldo], (size_t)dv * sizeof(float));
-    t->pv_bf16(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);
+    t->pv_bf16(p, ldp, m, n, vp + t->packed_v_bf16_floats(off, 1), cb, dv,
+               alpha, o, ldo);
     expect_matrix(&e, o, m, dv, ldo, want, mag, NULL, TOL_REF_ABS, TOL_REF_REL);
     free(p), free(pr), free(code), free(v), free(vd), free(alpha), free(o0);
-    free(want), free(mag), free(o);
+    free(want), free(mag), free(o), free(vp);
 }
 
 START_TEST(bf16_slots)
@@ -413,8 +431,10 @@ START_TEST(bf16_slots)
     for (int x = 0; x < ts.n; x++) {
         const mk_table *t = &ts.t[x];
         const char *isa = mha_isa_name(ts.isa[x]);
-        REQUIRE(!t->pack_bf16 == !t->qk_bf16 && !t->qk_bf16 == !t->pv_bf16,
-                "table %s sets some bf16 slots, not all", isa);
+        int set = !!t->pack_bf16 + !!t->qk_bf16 + !!t->packed_v_bf16_floats +
+                  !!t->pack_v_bf16 + !!t->pv_bf16;
+        REQUIRE(set == 0 || set == 5, "table %s sets %d of the 5 bf16 slots",
+                isa, set);
         if (!t->qk_bf16)
             continue;
         ran++;
@@ -431,8 +451,9 @@ START_TEST(bf16_slots)
             for (size_t j = 0; j < sizeof ns / sizeof *ns; j++)
                 for (size_t k = 0; k < sizeof dvs / sizeof *dvs; k++)
                     pv_bf16_case(t, isa, ms[i], ns[j], dvs[k],
-                                 dvs[k] + (int64_t)j, &r);
-        pv_bf16_case(t, isa, 5, 23, 17, 0, &r); /* one value row for all */
+                                 dvs[k] + (int64_t)j, 2 * (int64_t)(k % 3) * 16,
+                                 &r);
+        pv_bf16_case(t, isa, 5, 23, 17, 0, 0, &r); /* one value row for all */
     }
     printf("bf16 compute slots checked on %d table(s)\n", ran);
 }

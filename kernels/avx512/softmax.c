@@ -1,17 +1,11 @@
 /* The online-softmax step and the normalisation on AVX-512: the driver of
  * softmax_driver.h over 16-lane zmm primitives. Full vectors go without
  * opmasks; only a row's tail is masked (masked-off lanes are neither read
- * nor written). exp from SLEEF (Sleef_expf16_u10avx512f, 1.0 ULP). */
+ * nor written). exp inline (below), tanh (the softcap) from SLEEF. */
 #include <immintrin.h>
 #include <sleef.h>
 
 #include "avx512.h"
-
-#if defined(__GNUC__) && !defined(__clang__)
-/* Call SLEEF's exp through the GOT, not a PLT stub: one jump less per 16
- * scores (GCC only; clang has no such attribute). */
-__m512 Sleef_expf16_u10avx512f(__m512) __attribute__((noplt));
-#endif
 
 #define MK_V __m512
 #define MK_VM __mmask16
@@ -54,7 +48,32 @@ MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y)
 #define mk_v_fma _mm512_fmadd_ps
 /* VMAXPS returns its second operand when either is NaN. */
 #define mk_v_max _mm512_max_ps
-#define mk_v_exp Sleef_expf16_u10avx512f
+/* exp for x <= 0, inline: x = n ln2 + r, |r| <= ln2 / 2, n rounded to
+ * nearest; exp(r) by a degree-6 polynomial (Cephes' expf coefficients, as
+ * the avx2 table's, ~1 ulp); times 2^n by VSCALEFPS, which also takes the
+ * results below FLT_MIN down to subnormals and 0. x is clamped at -110
+ * first, where 2^n (n <= -159) makes 0: -inf gives 0. VMAXPS returns its
+ * second operand when either is NaN, so the clamp keeps a NaN, and NaN
+ * stays NaN. A call per 16 scores to SLEEF's exp was 8% of bf16
+ * prefill's time and 4-5% of fp32's (docs/benchmarks.md). */
+MK_INLINE MK_V mk_v_exp(MK_V x)
+{
+    __m512 xc = _mm512_max_ps(_mm512_set1_ps(-110.0f), x);
+    __m512 n = _mm512_roundscale_ps(
+        _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504f)),
+        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 r2 = _mm512_mul_ps(r, r);
+    p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
 #define mk_v_tanh Sleef_tanhf16_u10avx512f
 #define mk_v_hmax _mm512_reduce_max_ps
 #define mk_v_hsum _mm512_reduce_add_ps

@@ -36,13 +36,6 @@ void mk_avx512bf16_qk_bf16_12x32(const uint16_t *q, ptrdiff_t ldq, int64_t m,
              lds);
 }
 
-/* Keys per V panel: 128 keys x 32 columns of bf16 is 8 KiB, in L1 while
- * every strip of P reads it. */
-#ifndef PV_PANEL_KEYS
-#define PV_PANEL_KEYS 128
-#endif
-#define PV_COPY_AHEAD 8
-
 static inline __mmask32 lanes32(int64_t n)
 {
     return n >= 32 ? (__mmask32)0xFFFFFFFFu
@@ -70,65 +63,87 @@ static void row_to_bf16(float *row, int64_t n)
     }
 }
 
-/* Columns c0..c0+nr-1 of keys 0..jn-1 of v (already offset) as pairs of
- * keys: panel word 32t + c = (V[2t][c], V[2t+1][c]), zeros past nr and for
- * the missing key of an odd jn. */
-static void interleave_panel(const uint16_t *v, ptrdiff_t ldv, int64_t jn,
-                             int64_t nr, uint32_t *panel)
+size_t mk_avx512bf16_packed_v_bf16_floats(int64_t n, int64_t dv)
 {
-    const __mmask32 cols = lanes32(nr);
+    return (size_t)((n + 1) / 2) * MK_AVX512_NR *
+           (size_t)((dv + MK_AVX512_NR - 1) / MK_AVX512_NR);
+}
+
+/* Rows ahead that pack_v_bf16 prefetches (a row is a page apart in a
+ * [B, L, H, D] cache). */
+#define PACK_V_AHEAD 8
+
+/* Each pair of rows is read whole, once, and interleaved one 32-column
+ * block at a time with a two-source word permute. */
+void mk_avx512bf16_pack_v_bf16(const uint16_t *v, ptrdiff_t ldv, int64_t n,
+                               int64_t dv, float *packed, ptrdiff_t cb_stride)
+{
+    assert(n >= 0 && dv >= 0 && ldv >= 0);
+    assert(cb_stride >= (ptrdiff_t)mk_avx512bf16_packed_v_bf16_floats(n, 1));
     const __m512i idx_lo = _mm512_set_epi16(
         47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
         39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i idx_hi = _mm512_set_epi16(
         63, 31, 62, 30, 61, 29, 60, 28, 59, 27, 58, 26, 57, 25, 56, 24,
         55, 23, 54, 22, 53, 21, 52, 20, 51, 19, 50, 18, 49, 17, 48, 16);
-    for (int64_t t = 0; 2 * t < jn; t++) {
+    for (int64_t t = 0; 2 * t < n; t++) {
         const uint16_t *r0 = v + 2 * t * ldv;
-        if (2 * t + PV_COPY_AHEAD < jn)
-            _mm_prefetch((const char *)(r0 + PV_COPY_AHEAD * ldv),
-                         _MM_HINT_T0);
-        __m512i a = _mm512_maskz_loadu_epi16(cols, r0);
-        __m512i b = 2 * t + 1 < jn ? _mm512_maskz_loadu_epi16(cols, r0 + ldv)
-                                   : _mm512_setzero_si512();
-        _mm512_store_si512(panel + 32 * t,
-                           _mm512_permutex2var_epi16(a, idx_lo, b));
-        _mm512_store_si512(panel + 32 * t + 16,
-                           _mm512_permutex2var_epi16(a, idx_hi, b));
+        const int two = 2 * t + 1 < n;
+        if (2 * t + PACK_V_AHEAD + 1 < n)
+            for (int64_t c = 0; c < dv; c += 32) {
+                _mm_prefetch((const char *)(r0 + PACK_V_AHEAD * ldv + c),
+                             _MM_HINT_T0);
+                _mm_prefetch((const char *)(r0 + (PACK_V_AHEAD + 1) * ldv + c),
+                             _MM_HINT_T0);
+            }
+        float *out = packed + 32 * t;
+        for (int64_t c0 = 0; c0 < dv; c0 += 32, out += cb_stride) {
+            const __mmask32 cols = lanes32(dv - c0);
+            __m512i a = _mm512_maskz_loadu_epi16(cols, r0 + c0);
+            __m512i b = two ? _mm512_maskz_loadu_epi16(cols, r0 + ldv + c0)
+                            : _mm512_setzero_si512();
+            _mm512_storeu_si512(out, _mm512_permutex2var_epi16(a, idx_lo, b));
+            _mm512_storeu_si512(out + 16,
+                                _mm512_permutex2var_epi16(a, idx_hi, b));
+        }
     }
 }
 
 /*
  * o[i][c] = alpha[i] * o[i][c] + sum_j bf16(p[i][j]) * v[j][c]. P's rows
- * become bf16 codes in place (pairs of keys, the tile's A elements); V goes
- * one 32-column block at a time through interleaved panels of
- * PV_PANEL_KEYS keys on the stack, every strip of P sweeping a panel, the
- * sums carried in o between panels (the first starts from alpha * o).
+ * become bf16 codes in place (pairs of keys, the tile's A elements); each
+ * 32-column block of the pack is swept by every strip of P over the whole
+ * pairs of keys. An odd n ends with one more step whose pair row keeps
+ * only its first key's codes: the key after n may be one of a larger
+ * pack's, and 0 x inf must not reach o.
  */
 void mk_avx512bf16_pv_bf16_12x32(float *p, ptrdiff_t ldp, int64_t m,
-                                 int64_t n, const uint16_t *v, ptrdiff_t ldv,
-                                 int64_t dv, const float *alpha, float *o,
-                                 ptrdiff_t ldo)
+                                 int64_t n, const float *vp,
+                                 ptrdiff_t cb_stride, int64_t dv,
+                                 const float *alpha, float *o, ptrdiff_t ldo)
 {
-    assert(m >= 0 && n >= 0 && dv >= 0 && ldv >= 0 && ldp >= 0);
+    assert(m >= 0 && n >= 0 && dv >= 0 && ldp >= 0);
     assert(m <= 1 || ldp >= n);
     if (m == 0 || dv == 0)
         return;
     for (int64_t i = 0; i < m; i++)
         row_to_bf16(p + i * ldp, n);
-    _Alignas(64) uint32_t panel[PV_PANEL_KEYS / 2 * MK_AVX512_NR];
-    const float *pw = p, *pan = (const float *)(const void *)panel;
-    for (int64_t c0 = 0; c0 < dv; c0 += MK_AVX512_NR) {
+    const int64_t pairs = n / 2;
+    _Alignas(64) float tail[MK_AVX512_NR];
+    const __m512i first_key = _mm512_set1_epi32(0xFFFF);
+    for (int64_t c0 = 0; c0 < dv; c0 += MK_AVX512_NR, vp += cb_stride) {
         int64_t nr = dv - c0 < MK_AVX512_NR ? dv - c0 : MK_AVX512_NR;
-        if (n == 0) /* o = alpha * o */
-            mk_td_pv_chunk(MK_TD_BY_COLUMNS, MK_TILE_C_NARROW, 1, pw, ldp, m,
-                           0, pan, MK_AVX512_NR, nr, alpha, o + c0, ldo);
-        for (int64_t j0 = 0; j0 < n; j0 += PV_PANEL_KEYS) {
-            int64_t jn = n - j0 < PV_PANEL_KEYS ? n - j0 : PV_PANEL_KEYS;
-            interleave_panel(v + j0 * ldv + c0, ldv, jn, nr, panel);
-            mk_td_pv_chunk(MK_TD_BY_COLUMNS, MK_TILE_C_NARROW, j0 == 0,
-                           pw + j0 / 2, ldp, m, (jn + 1) / 2, pan,
-                           MK_AVX512_NR, nr, alpha, o + c0, ldo);
-        }
+        mk_td_pv_chunk(MK_TD_BY_ROWS, MK_TILE_C_NARROW, 1, p, ldp, m, pairs,
+                       vp, MK_AVX512_NR, nr, alpha, o + c0, ldo);
+        if (n % 2 == 0)
+            continue;
+        const float *last = vp + MK_AVX512_NR * pairs;
+        _mm512_store_si512(tail, _mm512_and_si512(_mm512_loadu_si512(last),
+                                                  first_key));
+        _mm512_store_si512(tail + 16,
+                           _mm512_and_si512(_mm512_loadu_si512(last + 16),
+                                            first_key));
+        mk_td_pv_chunk(MK_TD_BY_ROWS, MK_TILE_C_NARROW, 0, p + pairs, ldp, m,
+                       1, tail, 0, nr, alpha, o + c0, ldo);
     }
 }
