@@ -182,8 +182,9 @@ void mha_prefill_scores(const mk_table *t, const mha_problem *p,
             pack_keys(t, p, rb, sc, k0, nk, kp);
         t->qk(rb->q, rb->ldq, rb->rows, kp, nk, p->d, sc->s, rb->key_block);
     }
-    t->softmax_update(sc->s, rb->key_block, rb->rows, nk, p->scale, &mk, m,
-                      row_sum, sc->alpha);
+    (pl->bf16_native ? t->softmax_update_bf16 : t->softmax_update)(
+        sc->s, rb->key_block, rb->rows, nk, p->scale, &mk, m, row_sum,
+        sc->alpha);
 }
 
 /* One key block through (part of) the row block. */

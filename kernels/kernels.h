@@ -274,7 +274,9 @@ typedef void mk_linear_fn(const float *a, ptrdiff_t lda, int64_t m,
  * even key of a larger pack, whose keys past n it never multiplies). p
  * rounded to bf16 to nearest even: the rounding bf16 hardware multiplies
  * in. p (ldp >= n when m > 1) is scratch: its rows are overwritten with
- * the bf16 codes. Sums in key order, two keys at a time. */
+ * the bf16 codes. Sums in key order, two keys at a time.
+ * softmax_update_bf16: softmax_update for a P that pv_bf16 rounds to bf16
+ * next: its exp may be as coarse as a few 1e-6 relative. */
 typedef void mk_pack_bf16_fn(const uint16_t *x, ptrdiff_t ldx, int64_t n,
                              int64_t d, float *packed);
 typedef void mk_qk_bf16_fn(const uint16_t *q, ptrdiff_t ldq, int64_t m,
@@ -312,12 +314,13 @@ typedef struct mk_table {
     mk_decode_pv_fn *decode_pv;
     mk_widen_fn *widen[MK_DTYPE_COUNT]; /* widen[MK_F32] copies */
     mk_linear_fn *linear;
-    /* bf16 compute: all five, or none (NULL). */
+    /* bf16 compute: all six, or none (NULL). */
     mk_pack_bf16_fn *pack_bf16;
     mk_qk_bf16_fn *qk_bf16;
     mk_packed_floats_fn *packed_v_bf16_floats;
     mk_pack_v_bf16_fn *pack_v_bf16;
     mk_pv_bf16_fn *pv_bf16;
+    mk_softmax_update_fn *softmax_update_bf16;
 
     /* For the benchmark only: the FMA peak loop and the floating-point
      * operations one iteration of it performs. */

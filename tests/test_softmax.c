@@ -10,7 +10,9 @@
  * reference is a double loop that decides visibility key by key from the
  * mask's definition (not through mk_visible_range); TOL_REF against it,
  * TOL_KERNEL against the generic table, and masked P, alpha = 1 and the
- * state of empty rows bitwise.
+ * state of empty rows bitwise. A table's softmax_update_bf16 (the bf16
+ * path's step, with a shorter exp) runs every case as a table of its own,
+ * at the same tolerances.
  */
 #include <math.h>
 #include <stdio.h>
@@ -297,7 +299,7 @@ static void softmax_case(const table_set *ts, int64_t m, int64_t n, int v,
                          mb.mask.bias[i * mb.mask.bias_ld + j] == -INFINITY);
                 }
             }
-            expect e = {.isa = mha_isa_name(ts->isa[x])};
+            expect e = {.isa = t->name};
             snprintf(e.shape, sizeof e.shape,
                      "tile %d m %lld n %lld lds %td mask %s scale %g "
                      "initial max %g",
@@ -333,9 +335,28 @@ static void softmax_case(const table_set *ts, int64_t m, int64_t n, int v,
     free(mb.key_keep);
 }
 
-static void softmax_tile(const table_set *ts, int64_t m, int64_t n,
+/* The tables plus, for each with a bf16 step, a copy whose softmax_update
+ * is that step. */
+static table_set with_bf16_steps(const table_set *ts)
+{
+    table_set all = *ts;
+    for (int x = 0; x < ts->n; x++)
+        if (ts->t[x].softmax_update_bf16) {
+            ck_assert_int_lt(all.n, TEST_MAX_ISAS);
+            all.isa[all.n] = ts->isa[x];
+            all.t[all.n] = ts->t[x];
+            all.t[all.n].softmax_update = ts->t[x].softmax_update_bf16;
+            all.t[all.n].name = "softmax_update_bf16";
+            all.n++;
+        }
+    return all;
+}
+
+static void softmax_tile(const table_set *tables, int64_t m, int64_t n,
                          test_rng *r)
 {
+    const table_set all = with_bf16_steps(tables);
+    const table_set *ts = &all;
     for (int v = 0; v < N_MASK_VARIANTS; v++) {
         /* Fresh state, or a running max (9) above every score (< 8.2),
          * where alpha must be 1. */

@@ -49,13 +49,16 @@ MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y)
 /* VMAXPS returns its second operand when either is NaN. */
 #define mk_v_max _mm512_max_ps
 /* exp for x <= 0, inline: x = n ln2 + r, |r| <= ln2 / 2, n rounded to
- * nearest; exp(r) by a degree-6 polynomial (Cephes' expf coefficients, as
- * the avx2 table's, ~1 ulp); times 2^n by VSCALEFPS, which also takes the
- * results below FLT_MIN down to subnormals and 0. x is clamped at -110
- * first, where 2^n (n <= -159) makes 0: -inf gives 0. VMAXPS returns its
- * second operand when either is NaN, so the clamp keeps a NaN, and NaN
- * stays NaN. A call per 16 scores to SLEEF's exp was 8% of bf16
- * prefill's time and 4-5% of fp32's (docs/benchmarks.md). */
+ * nearest; exp(r) by a polynomial; times 2^n by VSCALEFPS, which also
+ * takes the results below FLT_MIN down to subnormals and 0. x is clamped
+ * at -110 first, where 2^n (n <= -159) makes 0: -inf gives 0. VMAXPS
+ * returns its second operand when either is NaN, so the clamp keeps a NaN,
+ * and NaN stays NaN. A call per 16 scores to SLEEF's exp was 8% of bf16
+ * prefill's time and 4-5% of fp32's (docs/benchmarks.md).
+ * The polynomial: Cephes' degree-6 expf coefficients (as the avx2 table's,
+ * ~1 ulp), or with MK_AVX512_EXP_BF16 (the bf16 table's step, whose P is
+ * rounded to bf16, 2^-9 relative, before it multiplies) a degree-4 fit of
+ * exp on [-ln2/2, ln2/2], 2.7e-6 relative: two FMAs fewer a vector. */
 MK_INLINE MK_V mk_v_exp(MK_V x)
 {
     __m512 xc = _mm512_max_ps(_mm512_set1_ps(-110.0f), x);
@@ -64,6 +67,13 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+#ifdef MK_AVX512_EXP_BF16
+    __m512 p = _mm512_set1_ps(0.04145851358771324f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.16790899634361267f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5000435709953308f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.9999634027481079f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.9999992847442627f));
+#else
     __m512 p = _mm512_set1_ps(1.9875691500e-4f);
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
@@ -72,6 +82,7 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     __m512 r2 = _mm512_mul_ps(r, r);
     p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+#endif
     return _mm512_scalef_ps(p, n);
 }
 #define mk_v_tanh Sleef_tanhf16_u10avx512f
@@ -80,5 +91,11 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
 #define mk_v_stream _mm512_stream_ps
 #define mk_v_stream_fence _mm_sfence
 
+/* kernels/avx512bf16/softmax.c includes this file with its own name and
+ * exp (MK_AVX512_EXP_BF16). */
+#ifdef MK_AVX512_SOFTMAX_ISA
+#define MK_ISA MK_AVX512_SOFTMAX_ISA
+#else
 #define MK_ISA avx512
+#endif
 #include "softmax_driver.h"

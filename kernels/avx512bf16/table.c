@@ -14,4 +14,5 @@ void mk_init_avx512bf16(mk_table *t)
     t->packed_v_bf16_floats = mk_avx512bf16_packed_v_bf16_floats;
     t->pack_v_bf16 = mk_avx512bf16_pack_v_bf16;
     t->pv_bf16 = mk_avx512bf16_pv_bf16_12x32;
+    t->softmax_update_bf16 = mk_avx512bf16_softmax_update;
 }
