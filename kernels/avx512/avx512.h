@@ -1,5 +1,5 @@
 /* The AVX-512 kernels (F/BW/VL/DQ with FMA and F16C): the instances
- * table.c puts in the avx512 table (decode stays avx2's). Not installed; no
+ * table.c puts in the avx512 table. Not installed; no
  * ISA types here, so any file may include it. pack (pack.c) lays the
  * transpose of x out as panels of 32 columns: x[32q + j][p] at
  * 32*k*q + 32*p + j, zeros past n. */
@@ -9,6 +9,7 @@
 #include "table_init.h"
 
 MK_DECLARE_PREFILL(avx512, 12x32);
+MK_DECLARE_DECODE(avx512);
 MK_DECLARE_WIDEN(avx512);
 MK_DECLARE_PEAK(avx512);
 

@@ -1,6 +1,7 @@
 /* The AVX-512 kernel table: avx2's (every CPU that runs it runs avx2),
- * with the compute kernels replaced. The decode kernels stay avx2's:
- * memory-bound kernels gain nothing from wider registers. block_q is a
+ * with the compute kernels replaced, and the decode kernels: memory-bound
+ * for fp32 and 16-bit caches, but bound by the widening of 8-bit ones,
+ * which 16-lane conversions halve. block_q is a
  * multiple of the 12-row tile and block_k of the 32-key panel; 144 x 256
  * keeps the avx2 table's causal behaviour and a 144 KiB score tile in L2
  * (other sizes ran alike: docs/design.md). */
@@ -23,6 +24,7 @@ void mk_init_avx512(mk_table *t)
     t->block_q = MK_AVX512_BLOCK_Q;
     t->block_k = MK_AVX512_BLOCK_K;
     MK_SET_PREFILL(t, avx512, 12x32);
+    MK_SET_DECODE(t, avx512);
     MK_SET_WIDEN(t, avx512);
     MK_SET_PEAK(t, avx512);
 }

@@ -1,0 +1,272 @@
+/* The AVX-512 decode kernels for 8-bit caches: up to MK_DECODE_ROWS query
+ * rows against key and value rows read in place, codes widened in
+ * registers 16 at a time (sign extension and VCVTDQ2PS for int8, fp8 moved
+ * into binary16 bits for VCVTPH2PS), tails through opmasks. The avx2
+ * table's kernels convert 8 codes per instruction, and an 8-bit cache's
+ * decode is bound by those conversions rather than by memory: 16 lanes
+ * run it 1.15-1.5x faster (docs/benchmarks.md). fp32 and 16-bit caches,
+ * bound by memory, stay on the avx2 kernels (measured level or slower
+ * here). A scaled row's scale multiplies its score (keys) or its
+ * probability (values).
+ *
+ * As in the avx2 kernels, rows are prefetched a fixed distance ahead into
+ * L2 (one head's rows of a [B, L, H, D] cache are a page or more apart,
+ * where the hardware prefetchers stop), never past row n - 1.
+ *
+ * Determinism: a score is two 16-lane chains over d (even and odd
+ * 16-element chunks) reduced the same way for every row; an output element
+ * is scaled by alpha, then takes one FMA per key in key order. Neither
+ * depends on m, n or the element's place. */
+#include <assert.h>
+#include <immintrin.h>
+
+#include "avx2/avx2.h"
+#include "avx512.h"
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* Rows fetched ahead of the one in use, into L2 (the avx2 kernels'
+ * distance, docs/design.md). */
+enum { AHEAD = 32 };
+
+/* 16 E4M3 codes (sign-extended to 16 bits) as the binary16 of their value
+ * times 2^-8: the avx2 kernels' bit mapping (kernels/avx2/decode.c), the
+ * NaN codes (S.1111.111) given the all-ones exponent through an opmask. */
+INLINE __m256i e4m3_to_f16(__m256i s)
+{
+    __m256i h = _mm256_and_si256(_mm256_slli_epi16(s, 7),
+                                 _mm256_set1_epi16(-16385));
+    __mmask16 nan = _mm256_cmpeq_epi16_mask(
+        _mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)),
+        _mm256_set1_epi16(0x3F80));
+    return _mm256_mask_mov_epi16(h, nan,
+                                 _mm256_or_si256(h, _mm256_set1_epi16(0x7C00)));
+}
+
+/* What load16 leaves to undo per row: E4M3 loads as its value times 2^-8. */
+INLINE float code_factor(mk_dtype t)
+{
+    return t == MK_FP8_E4M3 ? 256.0f : 1.0f;
+}
+
+INLINE __mmask16 lanes(int64_t n)
+{
+    return n >= 16 ? (__mmask16)0xFFFF
+           : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
+/* Elements [c, c + 16) of a row of type t as fp32 (an E4M3 code's value
+ * times 2^-8), or with full 0 only the lanes of k (zeros elsewhere,
+ * nothing past them read). */
+INLINE __m512 load16(const void *row, mk_dtype t, int64_t c, int full,
+                     __mmask16 k)
+{
+    const uint16_t *h = (const uint16_t *)row + c;
+    const int8_t *b = (const int8_t *)row + c;
+    switch (t) {
+    case MK_F32:
+        return full ? _mm512_loadu_ps((const float *)row + c)
+                    : _mm512_maskz_loadu_ps(k, (const float *)row + c);
+    case MK_F16:
+        return _mm512_cvtph_ps(full ? _mm256_loadu_si256((const __m256i *)h)
+                                    : _mm256_maskz_loadu_epi16(k, h));
+    case MK_BF16:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(full ? _mm256_loadu_si256((const __m256i *)h)
+                                       : _mm256_maskz_loadu_epi16(k, h)),
+            16));
+    case MK_I8:
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+            full ? _mm_loadu_si128((const __m128i *)b)
+                 : _mm_maskz_loadu_epi8(k, b)));
+    case MK_FP8_E4M3:
+        return _mm512_cvtph_ps(e4m3_to_f16(_mm256_cvtepi8_epi16(
+            full ? _mm_loadu_si128((const __m128i *)b)
+                 : _mm_maskz_loadu_epi8(k, b))));
+    case MK_FP8_E5M2: /* the high byte of a binary16 */
+        return _mm512_cvtph_ps(_mm256_slli_epi16(
+            _mm256_cvtepu8_epi16(full ? _mm_loadu_si128((const __m128i *)b)
+                                      : _mm_maskz_loadu_epi8(k, b)),
+            8));
+    case MK_DTYPE_COUNT: break;
+    }
+    return _mm512_setzero_ps();
+}
+
+/* s[r * lds] = q row r . key row, r < R, times the row's scale sc when t
+ * is scaled. */
+INLINE void dot_rows(const int R, const float *q, ptrdiff_t ldq,
+                     const void *row, mk_dtype t, float sc, int64_t d,
+                     float *s, ptrdiff_t lds)
+{
+    __m512 a[MK_DECODE_ROWS][2];
+    for (int r = 0; r < R; r++)
+        a[r][0] = a[r][1] = _mm512_setzero_ps();
+    int64_t c = 0;
+    for (; c + 32 <= d; c += 32) {
+        __m512 k0 = load16(row, t, c, 1, 0), k1 = load16(row, t, c + 16, 1, 0);
+        for (int r = 0; r < R; r++) {
+            const float *qr = q + r * ldq + c;
+            a[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(qr), k0, a[r][0]);
+            a[r][1] = _mm512_fmadd_ps(_mm512_loadu_ps(qr + 16), k1, a[r][1]);
+        }
+    }
+    if (c < d) { /* 1..31 left: an even chunk, then an odd one if any */
+        __mmask16 m0 = lanes(d - c), m1 = lanes(d - c - 16);
+        __m512 k0 = load16(row, t, c, 0, m0);
+        for (int r = 0; r < R; r++)
+            a[r][0] = _mm512_fmadd_ps(
+                _mm512_maskz_loadu_ps(m0, q + r * ldq + c), k0, a[r][0]);
+        if (m1) {
+            __m512 k1 = load16(row, t, c + 16, 0, m1);
+            for (int r = 0; r < R; r++)
+                a[r][1] = _mm512_fmadd_ps(
+                    _mm512_maskz_loadu_ps(m1, q + r * ldq + c + 16), k1,
+                    a[r][1]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float x = _mm512_reduce_add_ps(_mm512_add_ps(a[r][0], a[r][1]));
+        s[r * lds] = mk_dtype_scaled(t) ? x * code_factor(t) * sc : x;
+    }
+}
+
+INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
+                      const void *k, mk_dtype t, ptrdiff_t ldk,
+                      const void *const *k_rows, const float *ks,
+                      ptrdiff_t ks_ld, int64_t n, int64_t d, float *s,
+                      ptrdiff_t lds)
+{
+    const size_t es = mk_dtype_size(t), row_bytes = (size_t)d * es;
+    for (int64_t j = 0; j < n; j++) {
+        const char *row = mk_decode_row(k, ldk, k_rows, es, j);
+        const float sc = mk_dtype_scaled(t) ? ks[j * ks_ld] : 1.0f;
+        if (j + AHEAD < n)
+            mk_prefetch_row_l2(mk_decode_row(k, ldk, k_rows, es, j + AHEAD),
+                         row_bytes);
+        float *sj = s + j;
+        switch (m) { /* every row against this key at once */
+        case 1: dot_rows(1, q, ldq, row, t, sc, d, sj, lds); break;
+        case 2: dot_rows(2, q, ldq, row, t, sc, d, sj, lds); break;
+        case 3: dot_rows(3, q, ldq, row, t, sc, d, sj, lds); break;
+        case 4: dot_rows(4, q, ldq, row, t, sc, d, sj, lds); break;
+        case 5: dot_rows(5, q, ldq, row, t, sc, d, sj, lds); break;
+        case 6: dot_rows(6, q, ldq, row, t, sc, d, sj, lds); break;
+        case 7: dot_rows(7, q, ldq, row, t, sc, d, sj, lds); break;
+        case 8: dot_rows(8, q, ldq, row, t, sc, d, sj, lds); break;
+        default: break;
+        }
+    }
+}
+
+void mk_avx512_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
+                         const void *k, mk_dtype kt, ptrdiff_t ldk,
+                         const void *const *k_rows, const float *ks,
+                         ptrdiff_t ks_ld, int64_t n, int64_t d, float *s,
+                         ptrdiff_t lds)
+{
+    assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && d >= 0);
+    assert(!mk_dtype_scaled(kt) == !ks && ks_ld >= 0);
+    if (!mk_dtype_scaled(kt)) {
+        mk_avx2_decode_qk(q, ldq, m, k, kt, ldk, k_rows, ks, ks_ld, n, d, s,
+                          lds);
+        return;
+    }
+#define DECODE_QK(T)                                                      \
+    decode_qk(q, ldq, m, k, T, ldk, k_rows, ks, ks_ld, n, d, s, lds)
+    MK_FOR_DTYPE(kt, DECODE_QK)
+#undef DECODE_QK
+}
+
+/* Keys per step of decode_pv: their rows (and prefetches) are issued
+ * together, and each 16-column chunk of them is widened once for every
+ * query row. */
+enum { KEYS = 8 };
+
+/* o rows i < m, columns [c, c + 16) (lanes of k when not full) += the
+ * probabilities pk[i][jj] times the widened chunks vj[jj], jj < nj. */
+INLINE void pv_chunk(int64_t m, int64_t nj, const float pk[][KEYS],
+                     const __m512 *vj, float *o, ptrdiff_t ldo, int64_t c,
+                     int full, __mmask16 k)
+{
+    for (int64_t i = 0; i < m; i++) {
+        float *oi = o + i * ldo + c;
+        __m512 acc = full ? _mm512_loadu_ps(oi) : _mm512_maskz_loadu_ps(k, oi);
+        for (int64_t jj = 0; jj < nj; jj++)
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(pk[i][jj]), vj[jj], acc);
+        if (full)
+            _mm512_storeu_ps(oi, acc);
+        else
+            _mm512_mask_storeu_ps(oi, k, acc);
+    }
+}
+
+INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+                      const void *v, mk_dtype t, ptrdiff_t ldv,
+                      const void *const *v_rows, const float *vs,
+                      ptrdiff_t vs_ld, int64_t dv, const float *alpha,
+                      float *o, ptrdiff_t ldo)
+{
+    const size_t es = mk_dtype_size(t), row_bytes = (size_t)dv * es;
+    const int64_t full = dv / 16 * 16;
+    const __mmask16 tail = lanes(dv - full);
+    for (int64_t i = 0; alpha && i < m; i++) {
+        float *oi = o + i * ldo;
+        __m512 a = _mm512_set1_ps(alpha[i]);
+        for (int64_t c = 0; c < full; c += 16)
+            _mm512_storeu_ps(oi + c, _mm512_mul_ps(a, _mm512_loadu_ps(oi + c)));
+        if (tail)
+            _mm512_mask_storeu_ps(
+                oi + full, tail,
+                _mm512_mul_ps(a, _mm512_maskz_loadu_ps(tail, oi + full)));
+    }
+    for (int64_t j0 = 0; j0 < n; j0 += KEYS) {
+        const int64_t nj = n - j0 < KEYS ? n - j0 : KEYS;
+        const char *rows[KEYS];
+        for (int64_t jj = 0; jj < nj; jj++)
+            rows[jj] = mk_decode_row(v, ldv, v_rows, es, j0 + jj);
+        for (int64_t jj = AHEAD; jj < AHEAD + nj && j0 + jj < n; jj++)
+            mk_prefetch_row_l2(mk_decode_row(v, ldv, v_rows, es, j0 + jj),
+                         row_bytes);
+        /* A scaled row's probability takes its scale (and the code
+         * factor, exact): one multiply per key, not per element. */
+        float pk[MK_DECODE_ROWS][KEYS];
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t jj = 0; jj < nj; jj++)
+                pk[i][jj] = mk_dtype_scaled(t)
+                                ? p[i * ldp + j0 + jj] *
+                                      vs[(j0 + jj) * vs_ld] * code_factor(t)
+                                : p[i * ldp + j0 + jj];
+        __m512 vj[KEYS];
+        for (int64_t c = 0; c < full; c += 16) {
+            for (int64_t jj = 0; jj < nj; jj++)
+                vj[jj] = load16(rows[jj], t, c, 1, 0);
+            pv_chunk(m, nj, (const float(*)[KEYS])pk, vj, o, ldo, c, 1, 0);
+        }
+        if (tail) {
+            for (int64_t jj = 0; jj < nj; jj++)
+                vj[jj] = load16(rows[jj], t, full, 0, tail);
+            pv_chunk(m, nj, (const float(*)[KEYS])pk, vj, o, ldo, full, 0,
+                     tail);
+        }
+    }
+}
+
+void mk_avx512_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+                         const void *v, mk_dtype vt, ptrdiff_t ldv,
+                         const void *const *v_rows, const float *vs,
+                         ptrdiff_t vs_ld, int64_t dv, const float *alpha,
+                         float *o, ptrdiff_t ldo)
+{
+    assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && dv >= 0);
+    assert(!mk_dtype_scaled(vt) == !vs && vs_ld >= 0);
+    if (!mk_dtype_scaled(vt)) {
+        mk_avx2_decode_pv(p, ldp, m, n, v, vt, ldv, v_rows, vs, vs_ld, dv,
+                          alpha, o, ldo);
+        return;
+    }
+#define DECODE_PV(T)                                                      \
+    decode_pv(p, ldp, m, n, v, T, ldv, v_rows, vs, vs_ld, dv, alpha, o, ldo)
+    MK_FOR_DTYPE(vt, DECODE_PV)
+#undef DECODE_PV
+}
