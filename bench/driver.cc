@@ -70,6 +70,9 @@ const Shape kShapes[] = {
     {"attention_bf16", 1, 16, 16, 2048, 2048, 64, MHA_BF16},
     {"attention_bf16", 1, 32, 32, 1024, 1024, 128, MHA_BF16},
     {"attention_f16", 1, 32, 32, 1024, 1024, 128, MHA_F16},
+    // The layer of a bf16 model (weights rounded to bf16 at creation).
+    {"layer_bf16", 1, 8, 8, 512, 512, 64, MHA_BF16},
+    {"layer_bf16", 1, 16, 16, 2048, 2048, 64, MHA_BF16},
     {"decode", 1, 32, 32, 1, 4096, 128, MHA_BF16},
     {"decode_bf16", 1, 32, 32, 1, 4096, 128, MHA_BF16},
     // The decode shapes from a [B, H, L, D] cache: the unsuffixed rows
@@ -303,7 +306,11 @@ std::string Join(const std::vector<std::string> &items)
     return out;
 }
 
-bool IsLayer(const Shape &s) { return std::strcmp(s.kind, "layer") == 0; }
+bool IsLayer(const Shape &s)
+{
+    return std::strncmp(s.kind, "layer", 5) == 0 &&
+           (s.kind[5] == '\0' || s.kind[5] == '_');
+}
 
 // The OpenBLAS baseline: each attention, causal and decode shape once,
 // without a mask (the causal case is compared with the dense baseline of its

@@ -126,12 +126,16 @@ static int check_spec(const bench_spec *s)
     if (mha_dtype_size(s->kv_dtype) == 0)
         return bench_fail("unknown kv_dtype %d", (int)s->kv_dtype);
     if (s->kv_dtype != MHA_F32 && s->impl != BENCH_IMPL_ATTENTION &&
-        s->impl != BENCH_IMPL_PAGED)
-        return bench_fail("half-precision K/V is for mha_attention only");
+        s->impl != BENCH_IMPL_PAGED &&
+        !(s->impl == BENCH_IMPL_LAYER && s->kv_dtype == s->compute))
+        return bench_fail("half-precision K/V is for mha_attention only (a "
+                          "bf16 layer's projections are its own dtype)");
     if (s->compute != MHA_F32 && s->compute != MHA_F16 && s->compute != MHA_BF16)
         return bench_fail("compute must be MHA_F32, MHA_F16 or MHA_BF16");
-    if (s->compute != MHA_F32 && s->impl != BENCH_IMPL_ATTENTION)
-        return bench_fail("a half compute dtype is for mha_attention only");
+    if (s->compute != MHA_F32 && s->impl != BENCH_IMPL_ATTENTION &&
+        !(s->impl == BENCH_IMPL_LAYER && s->compute == MHA_BF16))
+        return bench_fail("a half compute dtype is for mha_attention (and "
+                          "bf16 for the layer) only");
     if (s->impl == BENCH_IMPL_PAGED && s->paged_block <= 0)
         return bench_fail("paged_block must be positive");
     if (s->batch <= 0 || s->heads <= 0 || s->kv_heads <= 0 || s->lq <= 0 ||
@@ -344,6 +348,11 @@ static int setup_layer(bench_case *c)
     fill(c->q, nq, 1, 1.0f);
     if (c->k != c->q)
         fill(c->k, nk, 2, 1.0f);
+    /* A bf16 layer (layer_bf16/): bf16 inputs in the buffers' first
+     * halves; the weights stay fp32 (the layer rounds them). */
+    narrow(c->q, nq, s->compute);
+    if (c->k != c->q)
+        narrow(c->k, nk, s->compute);
     memset(c->out, 0, nq * sizeof(float));
     c->out_count = nq;
 
@@ -355,7 +364,8 @@ static int setup_layer(bench_case *c)
                                  .in_proj_weight = in_w,
                                  .in_proj_bias = in_b,
                                  .out_proj_weight = out_w,
-                                 .out_proj_bias = out_b};
+                                 .out_proj_bias = out_b,
+                                 .dtype = s->compute};
     mha_status st = mha_layer_create(c->engine, &desc, &c->layer);
     if (st != MHA_OK)
         rc = bench_fail("mha_layer_create: %s: %s", mha_status_string(st),
@@ -408,11 +418,14 @@ int bench_case_run(bench_case *c)
     case BENCH_IMPL_ATTENTION:
         st = mha_attention(c->engine, &c->args);
         break;
-    case BENCH_IMPL_LAYER:
-        st = mha_layer_forward(c->layer, c->q, c->k, c->k, c->spec.batch,
-                               c->spec.lq, c->spec.lk, c->args.mask, c->out,
-                               NULL);
+    case BENCH_IMPL_LAYER: {
+        mha_layer_args a = {.query = c->q, .key = c->k, .value = c->k,
+                            .out = c->out, .batch = c->spec.batch,
+                            .lq = c->spec.lq, .lk = c->spec.lk,
+                            .mask = c->args.mask};
+        st = mha_layer_forward_ex(c->layer, &a);
         break;
+    }
     case BENCH_IMPL_BLAS:
 #if defined(MHA_BENCH_HAVE_BLAS)
         bench_blas_attention(&c->args, c->spec.causal, c->spec.threads,

@@ -1,5 +1,9 @@
 /* nn.MultiheadAttention(batch_first=True): projections through the
- * table's linear kernel, attention per head, output projection. */
+ * table's linear kernel, attention per head, output projection; in fp32,
+ * or in bf16 (desc.dtype): bf16 activations between the steps, each step
+ * summing in fp32, through the table's bf16 slots where it has them
+ * (qk_bf16 is a bf16 matmul: x w^T of packed w), else on fp32 kernels over
+ * rows widened a chunk at a time (docs/design.md, "Compute dtype"). */
 #include <math.h>
 #include <string.h>
 
@@ -14,7 +18,11 @@ struct mha_layer {
      * = count * head dim is what q, k, v project to. */
     int64_t first, count, width;
     int shard; /* shard_heads given: no out bias, no averaged weights */
-    float *w[4]; /* packed q, k, v, out projections */
+    mha_dtype dtype; /* MHA_F32 or MHA_BF16 */
+    /* Packed q, k, v, out projections: by pack (fp32; for bf16 the
+     * weights' bf16 values), or, where bf16[i], by pack_bf16. */
+    float *w[4];
+    int bf16[4];
     float *b[4]; /* their biases, or NULL (a shard has no out bias) */
 };
 
@@ -66,6 +74,47 @@ static mha_status check_shard(const mha_layer_desc *desc, int64_t h,
     return MHA_OK;
 }
 
+/* x[0..n) to the nearest bf16 values, in place. */
+static void round_bf16(float *x, int64_t n)
+{
+    uint16_t code;
+    for (int64_t i = 0; i < n; i++) {
+        mha_f32_to_bf16(&x[i], 1, &code);
+        mha_bf16_to_f32(&code, 1, &x[i]);
+    }
+}
+
+/* Packs projection i (n rows of k at stride ld) into l->w[i]: as is (fp32
+ * layer), or its bf16 values, packed for qk_bf16 (l->bf16[i]) or widened
+ * back for the fp32 kernels. MHA_ERR_OUT_OF_MEMORY when the staging copy
+ * cannot be had. */
+static mha_status pack_weights(const mk_table *t, const mha_layer *l, int i,
+                               const float *src, ptrdiff_t ld, int64_t n,
+                               int64_t k)
+{
+    if (l->dtype == MHA_F32) {
+        t->pack(src, ld, n, k, l->w[i]);
+        return MHA_OK;
+    }
+    /* n x k fits: the caller checked E * in * 12 bytes. */
+    float *rows = mha_alloc((size_t)(n * k) * sizeof(float));
+    if (!rows)
+        return MHA_ERR_OUT_OF_MEMORY;
+    for (int64_t r = 0; r < n; r++)
+        memcpy(rows + r * k, src + r * ld, (size_t)k * sizeof(float));
+    round_bf16(rows, n * k);
+    if (l->bf16[i]) {
+        uint16_t *codes = (uint16_t *)(void *)rows; /* narrowed in place */
+        for (int64_t x = 0; x < n * k; x++)
+            mha_f32_to_bf16(&rows[x], 1, &codes[x]);
+        t->pack_bf16(codes, k, n, k, l->w[i]);
+    } else {
+        t->pack(rows, k, n, k, l->w[i]);
+    }
+    mha_free(rows);
+    return MHA_OK;
+}
+
 mha_status mha_layer_create(const mha_engine *engine,
                             const mha_layer_desc *desc, mha_layer **layer)
 {
@@ -90,6 +139,14 @@ mha_status mha_layer_create(const mha_engine *engine,
                         (long long)h, (long long)e);
     if (!desc->out_proj_weight)
         return mha_fail(MHA_ERR_NULL_POINTER, "desc.out_proj_weight is NULL");
+    if (desc->dtype != MHA_F32 && desc->dtype != MHA_BF16)
+        return mha_fail(MHA_ERR_UNSUPPORTED,
+                        "desc.dtype (%s) is not a layer dtype (f32, bf16)",
+                        mha_dtype_name(desc->dtype));
+    if (desc->dtype == MHA_BF16 && desc->shard_heads)
+        return mha_fail(MHA_ERR_UNSUPPORTED,
+                        "desc.dtype bf16 with desc.shard_heads: shards are "
+                        "fp32");
     int64_t d = e / h, w = count * d;
     /* Projection i maps in[i] features to n[i]: q, k, v to the shard's
      * width, out from it back to e. Sliced weights are packed [n, in];
@@ -152,18 +209,25 @@ mha_status mha_layer_create(const mha_engine *engine,
     l->e = e, l->heads = h, l->kdim = kdim, l->vdim = vdim;
     l->first = first, l->count = count, l->width = w;
     l->shard = desc->shard_heads != 0;
+    l->dtype = desc->dtype;
     for (int i = 0; i < 4; i++) {
-        l->w[i] = mha_alloc(t->packed_floats(n[i], in[i]) * sizeof(float));
+        l->bf16[i] = l->dtype == MHA_BF16 && t->qk_bf16 && in[i] % 2 == 0;
+        size_t floats = l->bf16[i] ? t->packed_floats(n[i], in[i] / 2)
+                                   : t->packed_floats(n[i], in[i]);
+        l->w[i] = mha_alloc(floats * sizeof(float));
         if (bias[i])
             l->b[i] = mha_alloc((size_t)n[i] * sizeof(float));
-        if (!l->w[i] || (bias[i] && !l->b[i])) {
+        if (!l->w[i] || (bias[i] && !l->b[i]) ||
+            pack_weights(t, l, i, src[i], ld[i], n[i], in[i]) != MHA_OK) {
             mha_layer_destroy(l);
             return mha_fail(MHA_ERR_OUT_OF_MEMORY,
                             "layer weights allocation failed");
         }
-        t->pack(src[i], ld[i], n[i], in[i], l->w[i]);
-        if (bias[i])
+        if (bias[i]) {
             memcpy(l->b[i], bias[i], (size_t)n[i] * sizeof(float));
+            if (l->dtype == MHA_BF16) /* the bias of a bf16 Linear */
+                round_bf16(l->b[i], n[i]);
+        }
     }
     *layer = l;
     return MHA_OK;
@@ -175,43 +239,98 @@ typedef struct {
     int64_t sb, ss;
 } rows_of;
 
-/* c = a w^T + b over batch x seq rows, each batch's rows cut in fixed
- * chunks (never by the thread count; the kernel's result per element does
- * not depend on the chunk). */
-static void project(const mha_engine *engine, const float *a, rows_of ra,
-                    int64_t batch, int64_t seq, int64_t k, const float *w,
-                    const float *bias, int64_t e, float *c, rows_of rc)
+/* Per-thread scratch of a bf16 layer's projections: a chunk's fp32
+ * results (LINEAR_ROWS x n) and its input rows (LINEAR_ROWS x k floats:
+ * widened, or bf16 codes copied into pairs). */
+static int64_t project_scratch_floats(const mha_layer *l)
 {
+    int64_t k = l->e > l->kdim ? l->e : l->kdim;
+    k = k > l->vdim ? k : l->vdim;
+    k = k > l->width ? k : l->width;
+    int64_t n = l->e > l->width ? l->e : l->width;
+    return LINEAR_ROWS * (k + n);
+}
+
+/* One chunk of m rows of a bf16 projection: c = a w^T + bias (fp32),
+ * rounded to bf16 into the output rows. */
+static void project_bf16_rows(const mk_table *t, const mha_layer *l, int i,
+                              const uint16_t *a, ptrdiff_t lda, int64_t m,
+                              int64_t k, int64_t n, uint16_t *c,
+                              ptrdiff_t ldc, float *tmp)
+{
+    float *acc = tmp, *in = tmp + LINEAR_ROWS * n;
+    const float *bias = l->b[i];
+    if (l->bf16[i]) {
+        /* qk_bf16 reads pairs of codes: rows at an odd stride or address
+         * are copied into pairs first. */
+        if (lda % 2 != 0 || (uintptr_t)a % 4 != 0) {
+            for (int64_t r = 0; r < m; r++)
+                memcpy((uint16_t *)(void *)in + r * k, a + r * lda,
+                       (size_t)k * sizeof *a);
+            a = (const uint16_t *)(void *)in;
+            lda = k;
+        }
+        t->qk_bf16(a, lda, m, l->w[i], n, k, acc, n);
+        if (bias)
+            for (int64_t r = 0; r < m; r++)
+                for (int64_t j = 0; j < n; j++)
+                    acc[r * n + j] += bias[j];
+    } else {
+        for (int64_t r = 0; r < m; r++)
+            t->widen[MK_BF16](a + r * lda, k, in + r * k);
+        t->linear(in, k, m, l->w[i], n, k, bias, acc, n);
+    }
+    mha_narrow_rows(MHA_BF16, acc, n, m, n, c, ldc);
+}
+
+/* c = a w^T + b over batch x seq rows (projection i of the layer, in its
+ * dtype), each batch's rows cut in fixed chunks (never by the thread
+ * count; the kernel's result per element does not depend on the chunk).
+ * tmp: project_scratch_floats per thread (a bf16 layer's). */
+static void project(const mha_layer *l, int i, const void *a, rows_of ra,
+                    int64_t batch, int64_t seq, int64_t k, int64_t e,
+                    void *c, rows_of rc, float *tmp)
+{
+    const mha_engine *engine = l->engine;
     const mk_table *t = &engine->kernels;
+    const float *w = l->w[i], *bias = l->b[i];
     int64_t per = (seq + LINEAR_ROWS - 1) / LINEAR_ROWS;
     int64_t chunks = batch * per;
     int nthreads = mha_threads_for_call(engine, chunks);
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) \
     if (nthreads > 1 && chunks > 1)
-    for (int64_t i = 0; i < chunks; i++) {
-        int64_t b = i / per, r0 = i % per * LINEAR_ROWS;
+    for (int64_t x = 0; x < chunks; x++) {
+        int64_t b = x / per, r0 = x % per * LINEAR_ROWS;
         int64_t m = seq - r0 < LINEAR_ROWS ? seq - r0 : LINEAR_ROWS;
-        t->linear(a + b * ra.sb + r0 * ra.ss, ra.ss, m, w, e, k, bias,
-                  c + b * rc.sb + r0 * rc.ss, m > 1 ? rc.ss : e);
+        if (l->dtype == MHA_BF16) {
+            float *mine = tmp + project_scratch_floats(l) * omp_get_thread_num();
+            project_bf16_rows(t, l, i, (const uint16_t *)a + b * ra.sb + r0 * ra.ss,
+                              ra.ss, m, k, e,
+                              (uint16_t *)c + b * rc.sb + r0 * rc.ss,
+                              m > 1 ? rc.ss : e, mine);
+            continue;
+        }
+        t->linear((const float *)a + b * ra.sb + r0 * ra.ss, ra.ss, m, w, e,
+                  k, bias, (float *)c + b * rc.sb + r0 * rc.ss,
+                  m > 1 ? rc.ss : e);
     }
 }
 
-/* A [batch, seq, 1, dim] float view with the given strides (sizes
+/* A [batch, seq, 1, dim] view of dtype dt with the given strides (sizes
  * overflow-checked by the caller). */
-static mha_tensor strided(const float *data, int64_t batch, int64_t seq,
-                          int64_t dim, rows_of r)
+static mha_tensor strided(const void *data, mha_dtype dt, int64_t batch,
+                          int64_t seq, int64_t dim, rows_of r)
 {
-    mha_tensor t = mha_tensor_bshd((void *)(uintptr_t)data, batch, seq, 1,
-                                   dim);
+    mha_tensor t = mha_tensor_bshd_typed(data, dt, batch, seq, 1, dim);
     t.stride_batch = r.sb, t.stride_seq = r.ss;
     return t;
 }
 
-/* A packed [batch, seq, heads, dim] float view. */
-static mha_tensor view(const float *data, int64_t batch, int64_t seq,
-                       int64_t heads, int64_t dim)
+/* A packed [batch, seq, heads, dim] view of dtype dt. */
+static mha_tensor view(const void *data, mha_dtype dt, int64_t batch,
+                       int64_t seq, int64_t heads, int64_t dim)
 {
-    return mha_tensor_bshd((void *)(uintptr_t)data, batch, seq, heads, dim);
+    return mha_tensor_bshd_typed(data, dt, batch, seq, heads, dim);
 }
 
 /* A buffer's strides: both 0 mean packed [B, L, width]. */
@@ -239,6 +358,11 @@ mha_status mha_layer_forward(const mha_layer *layer, const float *query,
     mha_layer_args a = {.query = query, .key = key, .value = value,
                         .out = out, .batch = batch, .lq = lq, .lk = lk,
                         .mask = mask, .weights = weights};
+    if (layer && layer->dtype != MHA_F32)
+        return mha_fail(MHA_ERR_UNSUPPORTED,
+                        "mha_layer_forward takes fp32 buffers; a %s layer's "
+                        "forward is mha_layer_forward_ex",
+                        mha_dtype_name(layer->dtype));
     return mha_layer_forward_ex(layer, &a);
 }
 
@@ -282,8 +406,9 @@ static mha_status layer_prepare(const mha_layer *layer,
     if (!layer || !args)
         return mha_fail(MHA_ERR_NULL_POINTER, "%s is NULL",
                         !layer ? "layer" : "args");
-    const float *query = args->query, *key = args->key, *value = args->value;
-    float *out = args->out;
+    const void *query = args->query, *key = args->key, *value = args->value;
+    void *out = args->out;
+    const mha_dtype dt = layer->dtype;
     int64_t batch = args->batch, lq = args->lq, lk = args->lk;
     if (!query || !key || !value || !out)
         return mha_fail(MHA_ERR_NULL_POINTER, "%s is NULL",
@@ -338,10 +463,10 @@ static mha_status layer_prepare(const mha_layer *layer,
      * same constructor, over the layer's own projection buffers. Averaged
      * weights are B * Lq * Lk floats instead of the per-head B * H * Lq *
      * Lk, so the sizes are given. */
-    const mha_tensor vq = strided(query, batch, lq, e, c->rq),
-                     vk = strided(key, batch, lk, layer->kdim, c->rk),
-                     vv = strided(value, batch, lk, layer->vdim, c->rv),
-                     vo = strided(out, batch, lq, e, c->ro);
+    const mha_tensor vq = strided(query, dt, batch, lq, e, c->rq),
+                     vk = strided(key, dt, batch, lk, layer->kdim, c->rk),
+                     vv = strided(value, dt, batch, lk, layer->vdim, c->rv),
+                     vo = strided(out, dt, batch, lq, e, c->ro);
     c->average = args->weights && args->average_weights;
     mha_mask shard_mask;
     mha_score_terms shard_terms;
@@ -363,9 +488,9 @@ static mha_status layer_prepare(const mha_layer *layer,
 
     int64_t d = w / h;
     /* Placeholder pointers: the plan reads shapes and strides only. */
-    const mha_tensor hq = view(query, batch, lq, h, d),
-                     hk = view(query, batch, lk, h, d),
-                     ho = view(out, batch, lq, h, d);
+    const mha_tensor hq = view(query, dt, batch, lq, h, d),
+                     hk = view(query, dt, batch, lk, h, d),
+                     ho = view(out, dt, batch, lq, h, d);
     mha_problem_init(&c->p, &hq, &hk, &hk, &ho, &m, 0.0f,
                      c->average ? out : args->weights);
     c->p.terms = terms;
@@ -391,37 +516,45 @@ mha_status mha_layer_forward_ex(const mha_layer *layer,
     const rows_of rq = c.rq, rk = c.rk, rv = c.rv, ro = c.ro;
     const int64_t nkv = c.nkv, nw_q = c.nw_q, total = c.total;
     const int average = c.average;
-    const float *query = args->query, *key = args->key, *value = args->value;
-    float *out = args->out;
+    const void *query = args->query, *key = args->key, *value = args->value;
+    void *out = args->out;
     int64_t batch = args->batch, lq = args->lq, lk = args->lk;
     int64_t e = layer->e, h = layer->count, w = layer->width;
+    const mha_engine *en = layer->engine;
     size_t scratch_bytes = pl.bytes;
     size_t buffers = ((size_t)total + 63) / 64 * 64; /* scratch aligned */
-    if (scratch_bytes > SIZE_MAX - buffers)
+    /* A bf16 layer's projections: per-thread chunk scratch after the rest
+     * (at most MHA_MAX_THREADS x a few E-wide chunks of rows). */
+    size_t proj = layer->dtype == MHA_F32
+                      ? 0
+                      : (size_t)project_scratch_floats(layer) *
+                            (size_t)mha_threads_for_call(en, INT64_MAX) *
+                            sizeof(float);
+    if (scratch_bytes > SIZE_MAX - buffers - proj)
         return mha_fail(MHA_ERR_OVERFLOW, "layer workspace overflows");
-    float *mem = mha_alloc(buffers + scratch_bytes);
+    scratch_bytes = (scratch_bytes + 63) / 64 * 64;
+    float *mem = mha_alloc(buffers + scratch_bytes + proj);
     if (!mem)
         return mha_fail(MHA_ERR_OUT_OF_MEMORY,
                         "layer workspace of %zu bytes",
-                        buffers + scratch_bytes);
+                        buffers + scratch_bytes + proj);
     float *qp = mem, *kp = qp + nw_q, *vp = kp + nkv * w, *cat = vp + nkv * w;
     float *wh = cat + nw_q; /* per-head weights to average, nw floats */
     void *scratch = (char *)mem + buffers;
+    float *tmp = (float *)(void *)((char *)scratch + scratch_bytes);
 
-    const mha_engine *en = layer->engine;
+    /* qp, kp, vp, cat: [B, L, w] of the layer's dtype (a bf16 layer uses
+     * half of each). */
     const rows_of packed_q = {lq * w, w}, packed_kv = {lk * w, w};
-    project(en, query, rq, batch, lq, e, layer->w[PQ], layer->b[PQ], w, qp,
-            packed_q);
-    project(en, key, rk, batch, lk, layer->kdim, layer->w[PK], layer->b[PK],
-            w, kp, packed_kv);
-    project(en, value, rv, batch, lk, layer->vdim, layer->w[PV],
-            layer->b[PV], w, vp, packed_kv);
+    project(layer, PQ, query, rq, batch, lq, e, w, qp, packed_q, tmp);
+    project(layer, PK, key, rk, batch, lk, layer->kdim, w, kp, packed_kv, tmp);
+    project(layer, PV, value, rv, batch, lk, layer->vdim, w, vp, packed_kv,
+            tmp);
     p.q = qp, p.k = kp, p.v = vp, p.out = cat;
     if (average)
         p.weights = wh;
     mha_attention_run(&en->kernels, &p, &pl, scratch);
-    project(en, cat, packed_q, batch, lq, w, layer->w[PO], layer->b[PO], e,
-            out, ro);
+    project(layer, PO, cat, packed_q, batch, lq, w, e, out, ro, tmp);
     if (average) {
         /* PyTorch's average_attn_weights: the heads' mean, summed in head
          * order. */

@@ -498,6 +498,15 @@ typedef struct mha_layer_desc {
     int64_t shard_first;
     int64_t shard_heads;
     int shard_sliced;
+    /* The layer's compute dtype: MHA_F32 (0), or MHA_BF16, a bf16 model's
+     * layer (PyTorch's module.to(torch.bfloat16)): the weights and biases
+     * above, given in fp32, are rounded to bf16 once, here; query, key,
+     * value and out are bf16; each projection and the attention sum in
+     * fp32 and round their outputs to bf16 (a table with bf16 slots
+     * multiplies in bf16: docs/design.md, "Compute dtype"). Weights and lse
+     * outputs stay fp32. Any other dtype, or a bf16 shard:
+     * MHA_ERR_UNSUPPORTED. */
+    mha_dtype dtype;
 } mha_layer_desc;
 
 typedef struct mha_layer mha_layer;
@@ -507,8 +516,9 @@ MHA_API mha_status mha_layer_create(const mha_engine *engine,
                             const mha_layer_desc *desc, mha_layer **layer);
 MHA_API void mha_layer_destroy(mha_layer *layer); /* NULL is a no-op */
 
-/* query [B, Lq, E], key [B, Lk, kdim], value [B, Lk, vdim], out [B, Lq, E],
- * all packed. weights: optional [B, H, Lq, Lk] per-head probabilities
+/* An fp32 layer's forward (a bf16 layer's: mha_layer_forward_ex,
+ * MHA_ERR_UNSUPPORTED here). query [B, Lq, E], key [B, Lk, kdim], value
+ * [B, Lk, vdim], out [B, Lq, E], all packed. weights: optional [B, H, Lq, Lk] per-head probabilities
  * (PyTorch's need_weights=True, average_attn_weights=False). The mask is as
  * for mha_attention with H = num_heads. Self-attention passes the same
  * pointer as query, key and value. out must not overlap an input. */
@@ -524,8 +534,9 @@ MHA_API mha_status mha_layer_forward(const mha_layer *layer, const float *query,
  * (stride_batch E, stride_seq B*E). Both strides of a buffer 0: packed
  * [B, L, E]. Zero-initialised fields are mha_layer_forward's behaviour. */
 typedef struct mha_layer_args {
-    const float *query, *key, *value; /* [B, Lq, E], [B, Lk, kdim|vdim] */
-    float *out;                       /* [B, Lq, E] written */
+    /* Of the layer's dtype (float, or uint16_t bf16 codes). */
+    const void *query, *key, *value; /* [B, Lq, E], [B, Lk, kdim|vdim] */
+    void *out;                       /* [B, Lq, E] written */
     int64_t batch, lq, lk;
     int64_t query_stride_batch, query_stride_seq;
     int64_t key_stride_batch, key_stride_seq;

@@ -358,7 +358,7 @@ mha_status mha_mpi_layer_forward(const mha_mpi_layer *layer,
             ss = e, sb = args->lq * e;
         for (int64_t b = 0; b < args->batch; b++)
             for (int64_t i = 0; i < args->lq; i++)
-                memcpy(args->out + b * sb + i * ss,
+                memcpy((float *)args->out + b * sb + i * ss,
                        full + (b * args->lq + i) * e,
                        (size_t)e * sizeof(float));
         if (w)

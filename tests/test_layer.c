@@ -2,7 +2,7 @@
  * The layer (nn.MultiheadAttention, batch_first=True) against the oracle on
  * every ISA: self- and cross-attention, kdim/vdim != E, packed and separate
  * input projections, with and without biases, masks, and the worked
- * examples the project grew from.
+ * examples the project grew from; and the same cases as bf16 layers.
  */
 #include <math.h>
 #include <stdio.h>
@@ -410,12 +410,169 @@ START_TEST(layer_shards_sum_to_layer)
 }
 END_TEST
 
+/* ---- bf16 layers ---------------------------------------------------- *
+ * desc.dtype bf16 with the fp32 weights of the case: the layer rounds its
+ * weights and biases to bf16; its inputs are bf16. The oracle takes the
+ * same bf16 values and rounds the projections', the attention's and the
+ * output's values to bf16 as the layer must. What remains between them:
+ * fp32 sums instead of double ones, which may move a rounding by one bf16
+ * ulp (2^-7 relative) at a stage and carry it through the next projection,
+ * and, on a table with bf16 slots, P rounded to bf16 before P·V (at most
+ * 2^-8 of the largest |V| per attention output). Tolerance: 2^-7 |want| +
+ * 2^-6 max |want|. Weights (fp32 probabilities over bf16 q and k): 2^-6
+ * absolute. */
+
+static void to_bf16_values(float *x, size_t n, uint16_t **codes)
+{
+    *codes = test_alloc(n * sizeof **codes);
+    mha_f32_to_bf16(x, n, *codes);
+    mha_bf16_to_f32(*codes, n, x);
+}
+
+START_TEST(layer_bf16_vs_oracle)
+{
+    const layer_case *c = &CASES[_i];
+    layer_problem p;
+    make_problem(c, 900 + (uint64_t)_i, &p);
+    const int64_t E = c->e;
+    const int64_t kdim = c->kdim ? c->kdim : E, vdim = c->vdim ? c->vdim : E;
+    const mha_mask *mask = c->mask ? &p.mask : NULL;
+    const size_t n_out = (size_t)(c->b * c->lq * E);
+    const size_t n_w = (size_t)(c->b * c->h * c->lq * c->lk);
+    const size_t nq = (size_t)(c->b * c->lq * E);
+    const size_t nk = (size_t)(c->b * c->lk * kdim);
+    const size_t nv = (size_t)(c->b * c->lk * vdim);
+
+    /* The oracle's desc: the weights' and biases' bf16 values. */
+    size_t n[6] = {(size_t)((c->packed ? 3 * E : E) * E),
+                   c->packed ? 0 : (size_t)(E * kdim),
+                   c->packed ? 0 : (size_t)(E * vdim), (size_t)(E * E),
+                   c->in_bias ? (size_t)(3 * E) : 0,
+                   c->out_bias ? (size_t)E : 0};
+    float *rounded[6] = {0};
+    uint16_t *unused;
+    for (int i = 0; i < 6; i++)
+        if (p.w[i]) {
+            rounded[i] = test_alloc(n[i] * sizeof(float));
+            memcpy(rounded[i], p.w[i], n[i] * sizeof(float));
+            to_bf16_values(rounded[i], n[i], &unused);
+            free(unused);
+        }
+    mha_layer_desc od = p.desc;
+    if (c->packed)
+        od.in_proj_weight = rounded[0];
+    else
+        od.q_proj_weight = rounded[0], od.k_proj_weight = rounded[1],
+        od.v_proj_weight = rounded[2];
+    od.out_proj_weight = rounded[3];
+    od.in_proj_bias = rounded[4], od.out_proj_bias = rounded[5];
+
+    uint16_t *q16, *k16 = NULL, *v16 = NULL;
+    to_bf16_values(p.query, nq, &q16);
+    if (!c->self) {
+        to_bf16_values(p.key, nk, &k16);
+        to_bf16_values(p.value, nv, &v16);
+    }
+    double *want = test_alloc(n_out * sizeof *want);
+    double *want_w = test_alloc(n_w * sizeof *want_w);
+    oracle_layer_bf16(&od, p.query, p.key, p.value, c->b, c->lq, c->lk, mask,
+                      want, want_w);
+    double big = 0;
+    for (size_t x = 0; x < n_out; x++)
+        big = fabs(want[x]) > big ? fabs(want[x]) : big;
+
+    const size_t guard = 37;
+    uint16_t *out = test_alloc((n_out + guard) * sizeof *out);
+    float *got = test_alloc(n_out * sizeof *got);
+    float *w = c->weights ? test_alloc(n_w * sizeof *w) : NULL;
+    mha_layer_desc bd = p.desc;
+    bd.dtype = MHA_BF16;
+    mha_isa isas[TEST_MAX_ISAS];
+    int n_isa = available_isas(isas);
+    for (int t = 0; t < n_isa; t++) {
+        const char *isa = mha_isa_name(isas[t]);
+        mha_engine *e = make_engine(isas[t], 2);
+        mha_layer *l;
+        mha_status st = mha_layer_create(e, &bd, &l);
+        ck_assert_msg(st == MHA_OK, "%s [%s] bf16: layer_create: %s",
+                      c->name, isa, mha_last_error());
+        for (size_t x = 0; x < n_out + guard; x++)
+            out[x] = 0xA5A5u;
+        mha_layer_args a = {.query = q16, .key = c->self ? q16 : k16,
+                            .value = c->self ? q16 : v16, .out = out,
+                            .batch = c->b, .lq = c->lq, .lk = c->lk,
+                            .mask = mask, .weights = w};
+        st = mha_layer_forward_ex(l, &a);
+        ck_assert_msg(st == MHA_OK, "%s [%s] bf16: forward: %s", c->name, isa,
+                      mha_last_error());
+        mha_bf16_to_f32(out, n_out, got);
+        for (size_t x = 0; x < n_out; x++) {
+            double tol = fabs(want[x]) / 128 + big / 64;
+            ck_assert_msg(fabs((double)got[x] - want[x]) <= tol,
+                          "%s [%s] bf16: out[%zu] = %.6g, oracle %.6g", c->name,
+                          isa, x, (double)got[x], want[x]);
+        }
+        for (size_t x = n_out; x < n_out + guard; x++)
+            ck_assert_msg(out[x] == 0xA5A5u, "%s [%s] bf16: wrote past out",
+                          c->name, isa);
+        for (size_t x = 0; w && x < n_w; x++)
+            ck_assert_msg(fabs((double)w[x] - want_w[x]) <= 1.0 / 64,
+                          "%s [%s] bf16: weights[%zu] = %.6g, oracle %.6g",
+                          c->name, isa, x, (double)w[x], want_w[x]);
+        /* fp32 pointers through mha_layer_forward are refused. */
+        ck_assert_int_eq(mha_layer_forward(l, p.query, p.key, p.value, c->b,
+                                           c->lq, c->lk, mask, got, NULL),
+                         MHA_ERR_UNSUPPORTED);
+        mha_layer_destroy(l);
+        mha_engine_destroy(e);
+    }
+    for (int i = 0; i < 6; i++)
+        free(rounded[i]);
+    free(q16), free(k16), free(v16), free(want), free(want_w), free(out);
+    free(got), free(w);
+    free_problem(&p);
+}
+END_TEST
+
+/* Only fp32 and bf16 layers, and no bf16 shard. */
+START_TEST(layer_dtype_refused)
+{
+    layer_problem p;
+    make_problem(&CASES[0], 77, &p);
+    mha_isa isas[TEST_MAX_ISAS];
+    available_isas(isas);
+    mha_engine *e = make_engine(isas[0], 1);
+    mha_layer *l = NULL;
+    const struct {
+        mha_dtype dtype;
+        int64_t shard_heads;
+        const char *field;
+    } rows[] = {{MHA_F16, 0, "desc.dtype (f16)"},
+                {MHA_I8, 0, "desc.dtype (i8)"},
+                {MHA_BF16, 2, "desc.shard_heads"}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        mha_layer_desc d = p.desc;
+        d.dtype = rows[i].dtype;
+        d.shard_heads = rows[i].shard_heads;
+        ck_assert_int_eq(mha_layer_create(e, &d, &l), MHA_ERR_UNSUPPORTED);
+        ck_assert_msg(strstr(mha_last_error(), rows[i].field),
+                      "message \"%s\" does not name %s", mha_last_error(),
+                      rows[i].field);
+        ck_assert_ptr_null(l);
+    }
+    mha_engine_destroy(e);
+    free_problem(&p);
+}
+END_TEST
+
 Suite *suite_layer(void)
 {
     Suite *s = suite_create("layer");
     TCase *tc = tcase_create("layer");
     tcase_add_loop_test(tc, layer_case_vs_oracle, 0, N_CASES);
     tcase_add_test(tc, worked_padding_mask);
+    tcase_add_loop_test(tc, layer_bf16_vs_oracle, 0, N_CASES);
+    tcase_add_test(tc, layer_dtype_refused);
     tcase_add_loop_test(tc, layer_shards_sum_to_layer, 0, 2 * N_CASES);
     suite_add_tcase(s, tc);
     return s;

@@ -240,10 +240,31 @@ static double *widen(const float *x, size_t n)
     return y;
 }
 
-void oracle_layer(const mha_layer_desc *desc, const float *query,
+/* x to the nearest bfloat16 value (8 significant bits, ties to even);
+ * zero, infinities and NaN as they are (no subnormal or overflow case
+ * arises in the tests). */
+static double round_bf16(double x)
+{
+    if (x == 0 || !isfinite(x))
+        return x;
+    int e;
+    frexp(x, &e); /* |x| in [2^(e-1), 2^e) */
+    double unit = ldexp(1.0, e - 8);
+    return nearbyint(x / unit) * unit;
+}
+
+static void round_all(double *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = round_bf16(x[i]);
+}
+
+/* The layer, with the outputs of each projection and of the attention
+ * rounded to bf16 when bf16 is set. */
+static void layer(const mha_layer_desc *desc, const float *query,
                   const float *key, const float *value, int64_t batch,
                   int64_t lq, int64_t lk, const mha_mask *mask, double *out,
-                  double *weights)
+                  double *weights, int bf16)
 {
     const int64_t E = desc->embed_dim, H = desc->num_heads;
     const int64_t kdim = desc->kdim ? desc->kdim : E;
@@ -272,14 +293,23 @@ void oracle_layer(const mha_layer_desc *desc, const float *query,
     linear(xq, batch * lq, E, wq, bq, E, q);
     linear(xk, batch * lk, kdim, wk, bk, E, k);
     linear(xv, batch * lk, vdim, wv, bv, E, v);
+    if (bf16) {
+        round_all(q, (size_t)(batch * lq * E));
+        round_all(k, (size_t)(batch * lk * E));
+        round_all(v, (size_t)(batch * lk * E));
+    }
 
     /* [B, L, E] is [B, L, H, E/H]: the heads split without a copy. */
     oracle_dims dims = {.batch = batch, .lq = lq, .lk = lk, .heads = H,
                         .kv_heads = H, .d = E / H, .dv = E / H};
     oracle_sdpa(&dims, q, k, v, mask, 1.0 / sqrt((double)(E / H)), attn,
                 weights);
+    if (bf16)
+        round_all(attn, (size_t)(batch * lq * E));
     linear(attn, batch * lq, E, desc->out_proj_weight, desc->out_proj_bias, E,
            out);
+    if (bf16)
+        round_all(out, (size_t)(batch * lq * E));
 
     free(xq);
     free(xk);
@@ -288,4 +318,20 @@ void oracle_layer(const mha_layer_desc *desc, const float *query,
     free(k);
     free(v);
     free(attn);
+}
+
+void oracle_layer(const mha_layer_desc *desc, const float *query,
+                  const float *key, const float *value, int64_t batch,
+                  int64_t lq, int64_t lk, const mha_mask *mask, double *out,
+                  double *weights)
+{
+    layer(desc, query, key, value, batch, lq, lk, mask, out, weights, 0);
+}
+
+void oracle_layer_bf16(const mha_layer_desc *desc, const float *query,
+                       const float *key, const float *value, int64_t batch,
+                       int64_t lq, int64_t lk, const mha_mask *mask,
+                       double *out, double *weights)
+{
+    layer(desc, query, key, value, batch, lq, lk, mask, out, weights, 1);
 }

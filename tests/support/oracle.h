@@ -56,5 +56,12 @@ void oracle_layer(const mha_layer_desc *desc, const float *query,
                   const float *key, const float *value, int64_t batch,
                   int64_t lq, int64_t lk, const mha_mask *mask, double *out,
                   double *weights);
+/* The same for a bf16 layer whose weights, biases and inputs the caller
+ * gives as bf16 values: the projections' and the attention's outputs, and
+ * out, rounded to the nearest bf16 value (ties to even). */
+void oracle_layer_bf16(const mha_layer_desc *desc, const float *query,
+                       const float *key, const float *value, int64_t batch,
+                       int64_t lq, int64_t lk, const mha_mask *mask,
+                       double *out, double *weights);
 
 #endif
