@@ -85,7 +85,21 @@ static int detect_neon(void) { return 1; } /* baseline of AArch64 */
 static int detect_neon(void) { return 0; }
 #endif
 
+/* The neonbf16 table: NEON plus FEAT_BF16 (HWCAP2_BF16). */
+#if defined(__aarch64__) && defined(__linux__)
+#ifndef HWCAP2_BF16
+#define HWCAP2_BF16 (1 << 14)
+#endif
+static int detect_neon_bf16(void)
+{
+    return detect_neon() && (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
+}
+#else
+static int detect_neon_bf16(void) { return 0; }
+#endif
+
 int mha_cpu_detect_avx2_fma(void) { return detect_avx2_fma(); }
 int mha_cpu_detect_avx512(void) { return detect_avx512(); }
 int mha_cpu_detect_avx512_bf16(void) { return detect_avx512_bf16(); }
 int mha_cpu_detect_neon(void) { return detect_neon(); }
+int mha_cpu_detect_neon_bf16(void) { return detect_neon_bf16(); }

@@ -343,13 +343,15 @@ typedef struct mk_table {
  * mk_init_avx2 exists only when the build defines MHA_HAVE_AVX2 (base:
  * generic), mk_init_avx512 only with MHA_HAVE_AVX512 (base: avx2),
  * mk_init_avx512bf16 only with MHA_HAVE_AVX512BF16 (base: avx512),
- * mk_init_neon only with MHA_HAVE_NEON (base: generic). Whether the CPU can
+ * mk_init_neon only with MHA_HAVE_NEON (base: generic), mk_init_neonbf16
+ * only with MHA_HAVE_NEONBF16 (base: neon). Whether the CPU can
  * run a table is the engine's question (engine/isa.c). */
 void mk_init_generic(mk_table *t);
 void mk_init_avx2(mk_table *t);
 void mk_init_avx512(mk_table *t);
 void mk_init_avx512bf16(mk_table *t);
 void mk_init_neon(mk_table *t);
+void mk_init_neonbf16(mk_table *t);
 
 #ifdef __cplusplus
 }

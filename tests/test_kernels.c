@@ -404,8 +404,11 @@ static void pv_bf16_case(const mk_table *t, const char *isa, int64_t m,
              "m %lld n %lld dv %lld ldv %td keys from %lld", (long long)m,
              (long long)n, (long long)dv, ldv, (long long)off);
     const ptrdiff_t cb = (ptrdiff_t)t->packed_v_bf16_floats(rows, 1) + 16;
-    const size_t vp_floats =
-        (size_t)cb * (size_t)((dv + 31) / 32 > 0 ? (dv + 31) / 32 : 1);
+    /* Column blocks of the table's width: one pair of keys' pack is one
+     * row of each. */
+    const size_t blocks =
+        t->packed_v_bf16_floats(2, dv) / t->packed_v_bf16_floats(2, 1);
+    const size_t vp_floats = (size_t)cb * (blocks > 0 ? blocks : 1);
     float *vp = out_buffer(vp_floats);
     t->pack_v_bf16(v, ldv, rows, dv, vp, cb);
     REQUIRE(count_changed(vp + vp_floats, GUARD) == 0,

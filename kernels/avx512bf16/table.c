@@ -9,10 +9,6 @@ void mk_init_avx512bf16(mk_table *t)
 {
     mk_init_avx512(t);
     t->name = "avx512bf16";
-    t->pack_bf16 = mk_avx512bf16_pack_bf16;
-    t->qk_bf16 = mk_avx512bf16_qk_bf16_12x32;
-    t->packed_v_bf16_floats = mk_avx512bf16_packed_v_bf16_floats;
-    t->pack_v_bf16 = mk_avx512bf16_pack_v_bf16;
-    t->pv_bf16 = mk_avx512bf16_pv_bf16_12x32;
+    MK_SET_BF16(t, avx512bf16, 12x32);
     t->softmax_update_bf16 = mk_avx512bf16_softmax_update;
 }
