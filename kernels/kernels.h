@@ -244,15 +244,6 @@ static inline const char *mk_decode_row(const void *base, ptrdiff_t ld,
     return rows ? (const char *)rows[j]
                 : (const char *)base + (size_t)(j * ld) * es;
 }
-/* Every cache line of a decode row, fetched into L2 (locality 2:
- * PREFETCHT1 on x86) for the decode kernels' look-ahead. */
-static inline void mk_prefetch_row_l2(const char *row, size_t row_bytes)
-{
-    for (size_t off = 0; off < row_bytes; off += 64)
-        __builtin_prefetch(row + off, 0, 2);
-    __builtin_prefetch(row + row_bytes - 1, 0, 2);
-}
-
 /* Widens n elements of one dtype to fp32 exactly (NaN stays NaN); a scaled
  * dtype's codes widen to their unscaled values (the engine applies the
  * row's scale). */

@@ -26,6 +26,17 @@
  * they are used (the distance measured: docs/design.md). */
 enum { AHEAD = 32 };
 
+/* Every cache line of a row of row_bytes bytes, into L2. Kept
+ * always_inline beside its loops: a shared static inline helper compiled
+ * to half the prefetches and halved [B, L, H, D] decode
+ * (docs/benchmarks.md). */
+INLINE void prefetch_row(const char *row, size_t row_bytes)
+{
+    for (size_t off = 0; off < row_bytes; off += 64)
+        _mm_prefetch(row + off, _MM_HINT_T1);
+    _mm_prefetch(row + row_bytes - 1, _MM_HINT_T1);
+}
+
 /* E4M3 codes (sign-extended to 16 bits) as the binary16 of their value
  * times 2^-8: shifted left by 7 the exponent and mantissa land in a
  * binary16's (the exponent field's top bit cleared, the sign at bit 15),
@@ -146,7 +157,7 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
         const char *row = mk_decode_row(k, ldk, k_rows, es, j);
         const float sc = mk_dtype_scaled(t) ? ks[j * ks_ld] : 1.0f;
         if (j + ahead < n)
-            mk_prefetch_row_l2(mk_decode_row(k, ldk, k_rows, es, j + ahead),
+            prefetch_row(mk_decode_row(k, ldk, k_rows, es, j + ahead),
                          row_bytes);
         for (int64_t i = 0; i < m; i += 4) {
             const float *qi = q + i * ldq;
@@ -205,7 +216,7 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
         for (int64_t jj = 0; jj < nj; jj++)
             rows[jj] = mk_decode_row(v, ldv, v_rows, es, j0 + jj);
         for (int64_t jj = ahead; jj < ahead + nj && j0 + jj < n; jj++)
-            mk_prefetch_row_l2(mk_decode_row(v, ldv, v_rows, es, j0 + jj),
+            prefetch_row(mk_decode_row(v, ldv, v_rows, es, j0 + jj),
                          row_bytes);
         for (int64_t i = 0; i < m; i++) {
             const float *pi = p + i * ldp + j0;

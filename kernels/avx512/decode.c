@@ -29,6 +29,17 @@
  * distance, docs/design.md). */
 enum { AHEAD = 32 };
 
+/* Every cache line of a row of row_bytes bytes, into L2. Kept
+ * always_inline beside its loops: a shared static inline helper compiled
+ * to half the prefetches and halved [B, L, H, D] decode
+ * (docs/benchmarks.md). */
+INLINE void prefetch_row(const char *row, size_t row_bytes)
+{
+    for (size_t off = 0; off < row_bytes; off += 64)
+        _mm_prefetch(row + off, _MM_HINT_T1);
+    _mm_prefetch(row + row_bytes - 1, _MM_HINT_T1);
+}
+
 /* 16 E4M3 codes (sign-extended to 16 bits) as the binary16 of their value
  * times 2^-8: the avx2 kernels' bit mapping (kernels/avx2/decode.c), the
  * NaN codes (S.1111.111) given the all-ones exponent through an opmask. */
@@ -142,7 +153,7 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
         const char *row = mk_decode_row(k, ldk, k_rows, es, j);
         const float sc = mk_dtype_scaled(t) ? ks[j * ks_ld] : 1.0f;
         if (j + AHEAD < n)
-            mk_prefetch_row_l2(mk_decode_row(k, ldk, k_rows, es, j + AHEAD),
+            prefetch_row(mk_decode_row(k, ldk, k_rows, es, j + AHEAD),
                          row_bytes);
         float *sj = s + j;
         switch (m) { /* every row against this key at once */
@@ -226,7 +237,7 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
         for (int64_t jj = 0; jj < nj; jj++)
             rows[jj] = mk_decode_row(v, ldv, v_rows, es, j0 + jj);
         for (int64_t jj = AHEAD; jj < AHEAD + nj && j0 + jj < n; jj++)
-            mk_prefetch_row_l2(mk_decode_row(v, ldv, v_rows, es, j0 + jj),
+            prefetch_row(mk_decode_row(v, ldv, v_rows, es, j0 + jj),
                          row_bytes);
         /* A scaled row's probability takes its scale (and the code
          * factor, exact): one multiply per key, not per element. */
