@@ -102,13 +102,15 @@ static mha_status pack_weights(const mk_table *t, const mha_layer *l, int i,
         return MHA_ERR_OUT_OF_MEMORY;
     for (int64_t r = 0; r < n; r++)
         memcpy(rows + r * k, src + r * ld, (size_t)k * sizeof(float));
-    round_bf16(rows, n * k);
     if (l->bf16[i]) {
-        uint16_t *codes = (uint16_t *)(void *)rows; /* narrowed in place */
+        /* The codes, narrowed in place (each below the floats still to be
+         * read). */
+        uint16_t *codes = (uint16_t *)(void *)rows;
         for (int64_t x = 0; x < n * k; x++)
             mha_f32_to_bf16(&rows[x], 1, &codes[x]);
         t->pack_bf16(codes, k, n, k, l->w[i]);
     } else {
+        round_bf16(rows, n * k); /* the bf16 values, for the fp32 kernels */
         t->pack(rows, k, n, k, l->w[i]);
     }
     mha_free(rows);

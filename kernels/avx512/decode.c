@@ -178,14 +178,21 @@ void mk_avx512_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
 {
     assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && d >= 0);
     assert(!mk_dtype_scaled(kt) == !ks && ks_ld >= 0);
-    if (!mk_dtype_scaled(kt)) {
-        mk_avx2_decode_qk(q, ldq, m, k, kt, ldk, k_rows, ks, ks_ld, n, d, s,
-                          lds);
-        return;
-    }
+    /* Only the 8-bit dtypes are instantiated here; the others are avx2's. */
 #define DECODE_QK(T)                                                      \
     decode_qk(q, ldq, m, k, T, ldk, k_rows, ks, ks_ld, n, d, s, lds)
-    MK_FOR_DTYPE(kt, DECODE_QK)
+    switch (kt) {
+    case MK_I8: DECODE_QK(MK_I8); break;
+    case MK_FP8_E4M3: DECODE_QK(MK_FP8_E4M3); break;
+    case MK_FP8_E5M2: DECODE_QK(MK_FP8_E5M2); break;
+    case MK_F32:
+    case MK_F16:
+    case MK_BF16:
+    case MK_DTYPE_COUNT:
+        mk_avx2_decode_qk(q, ldq, m, k, kt, ldk, k_rows, ks, ks_ld, n, d, s,
+                          lds);
+        break;
+    }
 #undef DECODE_QK
 }
 
@@ -271,13 +278,20 @@ void mk_avx512_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
 {
     assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && dv >= 0);
     assert(!mk_dtype_scaled(vt) == !vs && vs_ld >= 0);
-    if (!mk_dtype_scaled(vt)) {
-        mk_avx2_decode_pv(p, ldp, m, n, v, vt, ldv, v_rows, vs, vs_ld, dv,
-                          alpha, o, ldo);
-        return;
-    }
+    /* Only the 8-bit dtypes are instantiated here; the others are avx2's. */
 #define DECODE_PV(T)                                                      \
     decode_pv(p, ldp, m, n, v, T, ldv, v_rows, vs, vs_ld, dv, alpha, o, ldo)
-    MK_FOR_DTYPE(vt, DECODE_PV)
+    switch (vt) {
+    case MK_I8: DECODE_PV(MK_I8); break;
+    case MK_FP8_E4M3: DECODE_PV(MK_FP8_E4M3); break;
+    case MK_FP8_E5M2: DECODE_PV(MK_FP8_E5M2); break;
+    case MK_F32:
+    case MK_F16:
+    case MK_BF16:
+    case MK_DTYPE_COUNT:
+        mk_avx2_decode_pv(p, ldp, m, n, v, vt, ldv, v_rows, vs, vs_ld, dv,
+                          alpha, o, ldo);
+        break;
+    }
 #undef DECODE_PV
 }
