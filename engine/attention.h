@@ -46,7 +46,10 @@ typedef struct {
     int64_t rows;         /* rows per block: block_q or fewer */
     int64_t row_blocks;   /* per head (or kv head when grouped) */
     int64_t key_block;    /* keys per block of its stream */
-    int grouped;          /* rows are query heads of one kv group (lq 1) */
+    int grouped;          /* rows are query heads at one query (lq 1) */
+    int64_t kv_span;      /* grouped: kv heads a row block spans (its rows
+                           * their query heads), read key by key across
+                           * them (docs/design.md, "Decode across heads") */
     int decode;           /* rows <= MK_DECODE_ROWS: K and V in place */
     int cache;            /* a thread keeps a whole head's packed keys */
 } mha_seq;
@@ -109,7 +112,8 @@ typedef struct {
 } mha_scratch;
 
 /* A block of rows sharing one kv head: the rows are queries of one head,
- * or (grouped) the query heads of one kv group at the single query. Every
+ * or (grouped) the query heads of one kv group at the single query, or of
+ * several kv groups (kv_group). Every
  * pointer is the block's first row; the ld fields step one row. Row r
  * sees keys [max(key_begin, r + diag_lo), min(key_end, r + diag_hi + 1))
  * (docs/design.md, "Mask model"). */
@@ -118,6 +122,11 @@ typedef struct {
     int decode;        /* the decode stream, else prefill */
     int64_t key_block; /* keys per block */
     int64_t cache_id;  /* the (sequence, kv head) the rows read */
+    /* Rows spanning kv heads (decode only): rows [g * kv_group, (g + 1) *
+     * kv_group) read kv head g, its K and V rows (and scales) k_hs, v_hs
+     * elements (ks_hs, vs_hs floats) past kv head 0's. 0: one kv head. */
+    int64_t kv_group;
+    ptrdiff_t k_hs, v_hs, ks_hs, vs_hs;
     /* fp32 query rows (row r at q + r * ldq), the caller's or, for a
      * half-precision compute dtype, the thread's widened copy of q_src's
      * (mha_stage_rows); out likewise, narrowed into out_dst. */

@@ -1,5 +1,7 @@
 /* The decode stream: blocks of at most MK_DECODE_ROWS query rows (Lq <= 8,
- * or a grouped-query group at Lq = 1). K and V rows are read in place by
+ * or a grouped-query group at Lq = 1), or at Lq = 1 the query heads of
+ * several kv heads read key by key across them (rb->kv_group: the kernels
+ * take mk_heads; docs/design.md, "Plan and scratch"). K and V rows are read in place by
  * the decode kernels, any storage dtype widened in registers: nothing is
  * packed or copied, so each K/V byte travels from memory once.
  * docs/design.md, "Data path of one call". */
@@ -55,9 +57,10 @@ void mha_decode_scores(const mk_table *t, const mha_problem *p,
     (void)pl;
     mk_mask mk = mha_block_mask(rb, k0, nk);
     kv_rows k = rows_of(p, rb, sc, 0, k0, nk);
+    mk_heads heads = {rb->kv_group, rb->k_hs, rb->ks_hs};
     t->decode_qk(rb->q, rb->ldq, rb->rows, k.first, (mk_dtype)p->k_dtype,
                  p->k_ss, k.rows, k.scales, k.scales_ld, nk, p->d, sc->s,
-                 rb->key_block);
+                 rb->key_block, rb->kv_group ? &heads : NULL);
     t->softmax_update(sc->s, rb->key_block, rb->rows, nk, p->scale, &mk, m,
                       row_sum, sc->alpha);
 }
@@ -72,7 +75,8 @@ void mha_decode_step(const mk_table *t, const mha_problem *p,
     if (rb->w)
         t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, rb->w_ld);
     kv_rows v = rows_of(p, rb, sc, 1, k0, nk);
+    mk_heads heads = {rb->kv_group, rb->v_hs, rb->vs_hs};
     t->decode_pv(sc->s, bk, rb->rows, nk, v.first, (mk_dtype)p->v_dtype,
                  p->v_ss, v.rows, v.scales, v.scales_ld, p->dv, sc->alpha, o,
-                 p->dv);
+                 p->dv, rb->kv_group ? &heads : NULL);
 }

@@ -23,6 +23,31 @@
 
 static int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 
+/* Keys per block of a decode row block spanning kv heads: the block's
+ * scores (rows x SPAN_KEYS) stay in L1 while its K, then its V, is read
+ * position by position. Measured (Zen 5, (1,32,1,4096,128)): 64 beats 16
+ * and 32 by 5-20% and 128 and 256 by 10-50% (docs/benchmarks.md). */
+#define SPAN_KEYS 64
+
+/* The kv heads one decode row block spans at a single query: all of a
+ * position's (up to block_q rows), when one position's K rows of every kv
+ * head lie closer together than two positions (and V's too: a [B, L, H,
+ * D] cache, packed or batched) and the cache is dense. Reading a
+ * position's heads as one run is what [B, L, H, D] rewards; a [B, H, L,
+ * D] cache (heads far apart) or a paged one keeps one kv head per block.
+ * From the shape and strides only. */
+static int64_t kv_span(const mk_table *t, const mha_problem *p, int64_t group)
+{
+    if (p->block_table || p->kv_heads < 2 || group > MK_DECODE_ROWS ||
+        p->k_sh <= 0 || p->k_sh >= p->k_ss || p->v_sh <= 0 ||
+        p->v_sh >= p->v_ss)
+        return 1;
+    int64_t span = t->block_q / group;
+    if (span > p->kv_heads)
+        span = p->kv_heads;
+    return span >= 2 ? span : 1;
+}
+
 /* Queries and keys of sequence b. */
 static void seq_lengths(const mha_problem *p, int64_t b, int64_t *lq,
                         int64_t *lk)
@@ -39,14 +64,17 @@ static void seq_cut(const mk_table *t, const mha_problem *p, int64_t group,
                     int64_t lq, mha_seq *s)
 {
     s->lq = lq;
-    s->grouped = lq == 1 && group > 1;
-    int64_t per = s->grouped ? group : lq;
+    s->kv_span = lq == 1 ? kv_span(t, p, group) : 1;
+    s->grouped = lq == 1 && (group > 1 || s->kv_span > 1);
+    int64_t per = s->grouped ? group * s->kv_span : lq;
     /* Rows per block: block_q, or fewer when there are fewer (decode), so
      * the split partials stay small. */
     s->rows = per < t->block_q ? per : t->block_q;
-    s->decode = s->rows <= MK_DECODE_ROWS;
+    s->decode = s->kv_span > 1 || s->rows <= MK_DECODE_ROWS;
     s->row_blocks = per > 0 ? (per + s->rows - 1) / s->rows : 0;
-    s->units = (s->grouped ? p->kv_heads : p->heads) * s->row_blocks;
+    s->units = (s->grouped ? (p->kv_heads + s->kv_span - 1) / s->kv_span
+                           : p->heads) *
+               s->row_blocks;
 }
 
 /* How a sequence's keys are cut into chunks (each unit's items), from
@@ -65,7 +93,7 @@ static void seq_chunks(const mk_table *t, const mha_problem *p,
             s->chunks = 1;
     }
     s->key_major = 0;
-    if (s->decode && !p->weights &&
+    if (s->decode && s->kv_span == 1 && !p->weights &&
         p->k_ss >= (int64_t)(PAGE_BYTES / mha_dtype_size(p->k_dtype))) {
         int64_t paged = (lk + PAGED_CHUNK_KEYS - 1) / PAGED_CHUNK_KEYS;
         if (paged > s->chunks)
@@ -148,7 +176,12 @@ void mha_seqs_fill(const mk_table *t, const mha_problem *p,
         s->part0 = part;
         if (s->chunks > 1)
             part += s->units * s->chunks * s->partial_floats;
-        s->key_block = s->decode ? pl->decode_key_block : t->block_k;
+        /* A spanning block's rows (<= block_q) x keys (<= block_k) fit
+         * the score tile. */
+        s->key_block = !s->decode      ? t->block_k
+                       : s->kv_span > 1 ? (SPAN_KEYS < t->block_k ? SPAN_KEYS
+                                                                  : t->block_k)
+                                        : pl->decode_key_block;
         if (p->cu_q) {
             s->q_off = p->cu_q[b] * p->q_ss;
             s->o_off = p->cu_q[b] * p->o_ss;
@@ -384,10 +417,16 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
     int64_t b = mha_seq_of_unit(seqs, p->batch, unit);
     const mha_seq *s = &seqs[b];
     unit -= s->unit0;
-    int64_t heads = s->grouped ? p->kv_heads : p->heads;
+    int64_t heads = s->grouped
+                        ? (p->kv_heads + s->kv_span - 1) / s->kv_span
+                        : p->heads;
     int64_t hh = unit / s->row_blocks % heads;
     int64_t r0 = unit % s->row_blocks * s->rows;
     int64_t per = s->grouped ? pl->group : s->lq;
+    if (s->kv_span > 1) { /* the last block may span fewer kv heads */
+        int64_t left = p->kv_heads - hh * s->kv_span;
+        per *= left < s->kv_span ? left : s->kv_span;
+    }
     int64_t lq = s->lq, lk = s->lk;
     mha_row_block rb;
     rb.rows = per - r0 < s->rows ? per - r0 : s->rows;
@@ -397,7 +436,7 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
     int64_t h, i, hk;
     ptrdiff_t step_q, step_o, step_keep, step_bias;
     if (s->grouped) {
-        hk = hh, h = hh * pl->group + r0, i = 0;
+        hk = hh * s->kv_span, h = hk * pl->group + r0, i = 0;
         step_q = p->q_sh, step_o = p->o_sh;
         step_keep = m->keep_stride_head, step_bias = m->bias_stride_head;
     } else {
@@ -406,6 +445,9 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
         step_keep = m->keep_stride_query, step_bias = m->bias_stride_query;
     }
     rb.cache_id = b * p->kv_heads + hk;
+    rb.kv_group = s->kv_span > 1 ? pl->group : 0;
+    rb.k_hs = p->k_sh, rb.v_hs = p->v_sh;
+    rb.ks_hs = p->k_scales.stride_head, rb.vs_hs = p->v_scales.stride_head;
     /* Rows in the compute dtype; fp32 ones are read and written in place,
      * others staged through thread scratch (mha_stage_rows). */
     size_t cs = mha_dtype_size(p->compute);

@@ -211,7 +211,7 @@ typedef void mk_pv_fn(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
 typedef void mk_normalize_fn(const float *o, ptrdiff_t ldo, int64_t m,
                              int64_t dv, const float *row_sum, float *out,
                              ptrdiff_t ldout);
-/* Decode (m <= MK_DECODE_ROWS query rows). decode_qk: s[i][j] = sk_j *
+/* Decode (few query rows). decode_qk: s[i][j] = sk_j *
  * sum_p q[i][p] * K[j][p], unscaled by the softmax scale, with key j's row
  * at k + j * ldk elements of type kt, or at k_rows[j] when the row
  * table k_rows is given (a paged cache's rows; k and ldk are then unused).
@@ -223,17 +223,64 @@ typedef void mk_normalize_fn(const float *o, ptrdiff_t ldo, int64_t m,
  * broadcasts one scale), and ks is NULL and sk_j = 1 (no multiply) when it
  * is not. A kernel may compute on the codes times a power of two and undo
  * it in the row's factor: the rounding is that of the formula. Both may
- * prefetch rows they will read later, never past row n - 1. */
+ * prefetch rows they will read later, never past row n - 1.
+ *
+ * heads NULL: every row reads the same K (V) rows, m <= MK_DECODE_ROWS.
+ * Otherwise the rows span kv heads (docs/design.md, "Decode across
+ * heads"): rows [g * group, (g + 1) * group) read kv head g, whose row j
+ * lies g * ld elements past the given row j and whose scale g * scale_ld
+ * floats past sk_j; group <= MK_DECODE_ROWS, m any, no row table. The
+ * kernels then read key by key across the heads (a [B, L, H, D]
+ * position's heads are one contiguous run) and every value is the same,
+ * bit for bit, as with one call per kv head. */
+typedef struct {
+    int64_t group;
+    ptrdiff_t ld, scale_ld;
+} mk_heads;
 typedef void mk_decode_qk_fn(const float *q, ptrdiff_t ldq, int64_t m,
                              const void *k, mk_dtype kt, ptrdiff_t ldk,
                              const void *const *k_rows, const float *ks,
                              ptrdiff_t ks_ld, int64_t n, int64_t d, float *s,
-                             ptrdiff_t lds);
+                             ptrdiff_t lds, const mk_heads *heads);
 typedef void mk_decode_pv_fn(const float *p, ptrdiff_t ldp, int64_t m,
                              int64_t n, const void *v, mk_dtype vt,
                              ptrdiff_t ldv, const void *const *v_rows,
                              const float *vs, ptrdiff_t vs_ld, int64_t dv,
-                             const float *alpha, float *o, ptrdiff_t ldo);
+                             const float *alpha, float *o, ptrdiff_t ldo,
+                             const mk_heads *heads);
+
+/* A decode call across kv heads as one call per kv head (heads given):
+ * what a table without its own across-heads loop does (generic, NEON). */
+static inline void mk_decode_qk_by_head(mk_decode_qk_fn *f, const float *q,
+                                        ptrdiff_t ldq, int64_t m,
+                                        const void *k, mk_dtype kt,
+                                        ptrdiff_t ldk, const float *ks,
+                                        ptrdiff_t ks_ld, int64_t n, int64_t d,
+                                        float *s, ptrdiff_t lds,
+                                        const mk_heads *h)
+{
+    size_t es = mk_dtype_size(kt);
+    for (int64_t g = 0, i = 0; i < m; g++, i += h->group)
+        f(q + i * ldq, ldq, m - i < h->group ? m - i : h->group,
+          (const char *)k + (size_t)(g * h->ld) * es, kt, ldk, NULL,
+          ks ? ks + g * h->scale_ld : NULL, ks_ld, n, d, s + i * lds, lds,
+          NULL);
+}
+static inline void mk_decode_pv_by_head(mk_decode_pv_fn *f, const float *p,
+                                        ptrdiff_t ldp, int64_t m, int64_t n,
+                                        const void *v, mk_dtype vt,
+                                        ptrdiff_t ldv, const float *vs,
+                                        ptrdiff_t vs_ld, int64_t dv,
+                                        const float *alpha, float *o,
+                                        ptrdiff_t ldo, const mk_heads *h)
+{
+    size_t es = mk_dtype_size(vt);
+    for (int64_t g = 0, i = 0; i < m; g++, i += h->group)
+        f(p + i * ldp, ldp, m - i < h->group ? m - i : h->group, n,
+          (const char *)v + (size_t)(g * h->ld) * es, vt, ldv, NULL,
+          vs ? vs + g * h->scale_ld : NULL, vs_ld, dv,
+          alpha ? alpha + i : NULL, o + i * ldo, ldo, NULL);
+}
 
 /* Row j of a decode operand: rows[j] with a row table, else j rows of ld
  * elements of es bytes past base. */

@@ -207,7 +207,7 @@ static void run_decode_qk(const decode_call *c, const mk_table *t, float *s,
 {
     t->decode_qk(c->a, c->lda, c->m, c->rows ? NULL : c->kv, c->t,
                  c->rows ? 0 : c->ldkv, c->rows, c->sc, c->sc_ld, c->n, c->w,
-                 s, lds);
+                 s, lds, NULL);
 }
 
 /* The query stride is padded, or 0 (one row for all) in some cases. */
@@ -264,7 +264,7 @@ static void run_decode_pv(const decode_call *c, const mk_table *t, float *o,
                                      : c->o0[i * ldo + x];
     t->decode_pv(c->a, c->lda, c->m, c->n, c->rows ? NULL : c->kv, c->t,
                  c->rows ? 0 : c->ldkv, c->rows, c->sc, c->sc_ld, c->w,
-                 c->rows ? NULL : c->alpha, o, ldo);
+                 c->rows ? NULL : c->alpha, o, ldo, NULL);
 }
 
 static void decode_pv_case(const table_set *ts, mk_dtype t, int64_t m,
@@ -334,7 +334,8 @@ END_TEST
 /* ---- Decode determinism ------------------------------------------------
  * Per table: a score or output element is bitwise the same whether its
  * query row is one of MK_DECODE_ROWS or alone, its key one of 257 or alone,
- * its output column first or anywhere in the row (zeros of either sign
+ * its output column first or anywhere in the row, its rows part of a call
+ * across kv heads (mk_heads) or of a call per head (zeros of either sign
  * count as the same). */
 
 static int same_value(float a, float b)
@@ -371,10 +372,10 @@ static void decode_qk_same(const same_ctx *cx, test_rng *r)
     char *k = random_rows(r, cx->t, n, d, ldk, NULL, NULL, 0);
     float *all = test_alloc((size_t)(m * n) * sizeof *all);
     float *one = test_alloc((size_t)n * sizeof *one);
-    cx->tb->decode_qk(q, ldq, m, k, cx->t, ldk, NULL, sc, 1, n, d, all, n);
+    cx->tb->decode_qk(q, ldq, m, k, cx->t, ldk, NULL, sc, 1, n, d, all, n, NULL);
     for (int64_t i = 0; i < m; i++) {
         cx->tb->decode_qk(q + i * ldq, ldq, 1, k, cx->t, ldk, NULL, sc, 1, n, d,
-                          one, n);
+                          one, n, NULL);
         for (int64_t j = 0; j < n; j++)
             expect_same_score(cx, one[j], all[i * n + j], i, j, "with m 1");
     }
@@ -382,12 +383,12 @@ static void decode_qk_same(const same_ctx *cx, test_rng *r)
         float col[MK_DECODE_ROWS], lone;
         const char *row = k + (size_t)(j * ldk) * es;
         const float *sj = sc ? sc + j : NULL;
-        cx->tb->decode_qk(q, ldq, m, row, cx->t, ldk, NULL, sj, 1, 1, d, col, 1);
+        cx->tb->decode_qk(q, ldq, m, row, cx->t, ldk, NULL, sj, 1, 1, d, col, 1, NULL);
         for (int64_t i = 0; i < m; i++)
             expect_same_score(cx, col[i], all[i * n + j], i, j, "with n 1");
         int64_t i = j % m;
         cx->tb->decode_qk(q + i * ldq, ldq, 1, row, cx->t, ldk, NULL, sj, 1, 1, d,
-                          &lone, 1);
+                          &lone, 1, NULL);
         expect_same_score(cx, lone, all[i * n + j], i, j, "with m = n = 1");
     }
     free(q), free(k), free(all), free(one), free(sc);
@@ -397,17 +398,19 @@ static void decode_qk_same(const same_ctx *cx, test_rng *r)
  * [c0, dv). */
 static void expect_same_rows(const same_ctx *cx, const char *how,
                              const float *o, const float *want, int64_t m,
-                             int64_t c0, int64_t dv, ptrdiff_t ldo)
+                             int64_t c0, int64_t dv, ptrdiff_t ldo,
+                             const char *ref)
 {
     for (int64_t i = 0; i < m; i++)
         for (int64_t c = c0; c < dv; c++)
             REQUIRE(same_value(o[i * ldo + c], want[i * ldo + c]),
                     "decode_pv [%s] %s dv %lld: o[%lld][%lld] = %a %s, %a "
-                    "in one call of %d rows and 257 keys", cx->isa,
-                    DTYPE_NAME[cx->t], (long long)dv, (long long)i,
-                    (long long)c, (double)o[i * ldo + c], how,
-                    (double)want[i * ldo + c], MK_DECODE_ROWS);
+                    "%s", cx->isa, DTYPE_NAME[cx->t], (long long)dv,
+                    (long long)i, (long long)c, (double)o[i * ldo + c], how,
+                    (double)want[i * ldo + c], ref);
 }
+
+static const char ONE_CALL[] = "in one call of 8 rows and 257 keys";
 
 static void decode_pv_same(const same_ctx *cx, test_rng *r)
 {
@@ -422,14 +425,14 @@ static void decode_pv_same(const same_ctx *cx, test_rng *r)
     float *all = test_alloc(no * sizeof *all);
     float *o = test_alloc(no * sizeof *o);
     memcpy(all, o0, no * sizeof *o0);
-    cx->tb->decode_pv(p, n, m, n, v, cx->t, ldv, NULL, sc, 1, dv, alpha, all, ldo);
+    cx->tb->decode_pv(p, n, m, n, v, cx->t, ldv, NULL, sc, 1, dv, alpha, all, ldo, NULL);
 
     /* Each row alone. */
     memcpy(o, o0, no * sizeof *o0);
     for (int64_t i = 0; i < m; i++)
         cx->tb->decode_pv(p + i * n, n, 1, n, v, cx->t, ldv, NULL, sc, 1, dv,
-                          alpha + i, o + i * ldo, ldo);
-    expect_same_rows(cx, "row by row", o, all, m, 0, dv, ldo);
+                          alpha + i, o + i * ldo, ldo, NULL);
+    expect_same_rows(cx, "row by row", o, all, m, 0, dv, ldo, ONE_CALL);
 
     /* Columns [c0, dv) as columns [0, dv - c0) of a narrower call. */
     static const int64_t shifts[] = {1, 3, 4, 8, 16, 17};
@@ -439,10 +442,10 @@ static void decode_pv_same(const same_ctx *cx, test_rng *r)
             break;
         memcpy(o, o0, no * sizeof *o0);
         cx->tb->decode_pv(p, n, m, n, v + (size_t)c0 * es, cx->t, ldv, NULL, sc, 1,
-                          dv - c0, alpha, o + c0, ldo);
+                          dv - c0, alpha, o + c0, ldo, NULL);
         char how[64];
         snprintf(how, sizeof how, "from column %lld on", (long long)c0);
-        expect_same_rows(cx, how, o, all, m, c0, dv, ldo);
+        expect_same_rows(cx, how, o, all, m, c0, dv, ldo, ONE_CALL);
     }
 
     /* One nonzero probability per row, at key j_i of 257, against the
@@ -455,16 +458,68 @@ static void decode_pv_same(const same_ctx *cx, test_rng *r)
         sparse[i * n + keys[i]] = 0.25f + fabsf(rng_uniform(r)) / 2;
     memcpy(all, o0, no * sizeof *o0);
     cx->tb->decode_pv(sparse, n, m, n, v, cx->t, ldv, NULL, sc, 1, dv, alpha, all,
-                      ldo);
+                      ldo, NULL);
     memcpy(o, o0, no * sizeof *o0);
     for (int64_t i = 0; i < m; i++)
         cx->tb->decode_pv(&sparse[i * n + keys[i]], 1, 1, 1,
                           v + (size_t)(keys[i] * ldv) * es, cx->t, ldv, NULL,
                           sc ? sc + keys[i] : NULL, 1, dv, alpha + i,
-                          o + i * ldo, ldo);
-    expect_same_rows(cx, "with its one key alone", o, all, m, 0, dv, ldo);
+                          o + i * ldo, ldo, NULL);
+    expect_same_rows(cx, "with its one key alone", o, all, m, 0, dv, ldo,
+                     ONE_CALL);
     free(p), free(v), free(alpha), free(o0), free(all), free(o);
     free(sparse), free(sc);
+}
+
+/* Rows spanning kv heads (mk_heads): G = 5 kv heads of `group` query rows
+ * (the last head's group one row short), keys [n][G] at head stride hld
+ * (a [B, L, H, D] position with padding), a scale per (key, head). Every
+ * score and output is bitwise the one of a call per kv head. */
+static void decode_heads_same(const same_ctx *cx, test_rng *r, int64_t group)
+{
+    const int64_t G = 5, m = G * group - 1, n = 70, w = cx->width;
+    const ptrdiff_t hld = w + 2, ld = G * hld + 5, ldq = w + 1, ldo = w;
+    const size_t es = mk_dtype_size(cx->t), no = (size_t)(m * ldo);
+    float *q = random_floats(r, (size_t)((m - 1) * ldq + w));
+    float *sc = mk_dtype_scaled(cx->t) ? random_scales(r, cx->t, n * G, 1)
+                                       : NULL;
+    char *kv = random_rows(r, cx->t, n, ld, ld, NULL, NULL, 0);
+    float *p = random_probs(r, m, n, n);
+    float *alpha = random_alphas(r, m);
+    float *o0 = random_floats(r, no);
+    float *s_all = test_alloc((size_t)(m * n) * sizeof *s_all);
+    float *s_one = test_alloc((size_t)(m * n) * sizeof *s_one);
+    float *o_all = test_alloc(no * sizeof *o_all);
+    float *o_one = test_alloc(no * sizeof *o_one);
+    mk_heads h = {group, hld, 1};
+    cx->tb->decode_qk(q, ldq, m, kv, cx->t, ld, NULL, sc, G, n, w, s_all, n,
+                      &h);
+    memcpy(o_all, o0, no * sizeof *o0);
+    memcpy(o_one, o0, no * sizeof *o0);
+    cx->tb->decode_pv(p, n, m, n, kv, cx->t, ld, NULL, sc, G, w, alpha, o_all,
+                      ldo, &h);
+    for (int64_t g = 0, i = 0; i < m; g++, i += group) {
+        int64_t rows = m - i < group ? m - i : group;
+        const char *head = kv + (size_t)(g * hld) * es;
+        cx->tb->decode_qk(q + i * ldq, ldq, rows, head, cx->t, ld, NULL,
+                          sc ? sc + g : NULL, G, n, w, s_one + i * n, n, NULL);
+        cx->tb->decode_pv(p + i * n, n, rows, n, head, cx->t, ld, NULL,
+                          sc ? sc + g : NULL, G, w, alpha + i, o_one + i * ldo,
+                          ldo, NULL);
+    }
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++)
+            REQUIRE(same_value(s_all[i * n + j], s_one[i * n + j]),
+                    "decode_qk [%s] %s d %lld across %lld heads of %lld rows: "
+                    "s[%lld][%lld] = %a, %a in a call per head", cx->isa,
+                    DTYPE_NAME[cx->t], (long long)w, (long long)G,
+                    (long long)group, (long long)i, (long long)j,
+                    (double)s_all[i * n + j], (double)s_one[i * n + j]);
+    char how[64];
+    snprintf(how, sizeof how, "across heads of %lld rows", (long long)group);
+    expect_same_rows(cx, how, o_all, o_one, m, 0, w, ldo, "in a call per head");
+    free(q), free(sc), free(kv), free(p), free(alpha), free(o0);
+    free(s_all), free(s_one), free(o_all), free(o_one);
 }
 
 START_TEST(decode_deterministic)
@@ -481,6 +536,8 @@ START_TEST(decode_deterministic)
                                (mk_dtype)t, widths[w]};
                 decode_qk_same(&cx, &r);
                 decode_pv_same(&cx, &r);
+                decode_heads_same(&cx, &r, 1);
+                decode_heads_same(&cx, &r, 3);
             }
 }
 END_TEST

@@ -57,9 +57,9 @@ START_TEST(every_code_every_table)
         /* decode_pv with p = 1, scale 1, alpha 0: o = the row's values;
          * decode_qk with q = 1 and d = 1 over 256 rows: s_j = code j. */
         t->decode_pv(&one, 1, 1, 1, codes, (mk_dtype)dt, 256, NULL, &one, 0,
-                     256, &zero, o, 256);
+                     256, &zero, o, 256, NULL);
         t->decode_qk(&one, 1, 1, codes, (mk_dtype)dt, 1, NULL, &one, 0, 256, 1,
-                     s, 256);
+                     s, 256, NULL);
         for (int c = 0; c < 256; c++) {
             double want = ref_code_to_double(dt, &codes[c]);
             REQUIRE(same_or_nan(y[c], want), "[%s] %s widen of 0x%02x: %a, "

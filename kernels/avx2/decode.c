@@ -146,29 +146,49 @@ INLINE void dot_rows(int R, const float *q, ptrdiff_t ldq, const void *row,
     }
 }
 
+/* s[i * lds] = q row i . key row, i < m (any m), 4 rows at a time. */
+INLINE void rows_dot(const float *q, ptrdiff_t ldq, int64_t m,
+                     const void *row, mk_dtype t, float sc, int64_t d,
+                     float *s, ptrdiff_t lds)
+{
+    for (int64_t i = 0; i < m; i += 4) {
+        const float *qi = q + i * ldq;
+        float *si = s + i * lds;
+        switch (m - i < 4 ? m - i : 4) {
+        case 1: dot_rows(1, qi, ldq, row, t, sc, d, si, lds); break;
+        case 2: dot_rows(2, qi, ldq, row, t, sc, d, si, lds); break;
+        case 3: dot_rows(3, qi, ldq, row, t, sc, d, si, lds); break;
+        default: dot_rows(4, qi, ldq, row, t, sc, d, si, lds); break;
+        }
+    }
+}
+
 INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                       const void *k, mk_dtype t, ptrdiff_t ldk,
                       const void *const *k_rows, const float *ks, ptrdiff_t ks_ld, int64_t n, int64_t d,
-                      float *s, ptrdiff_t lds)
+                      float *s, ptrdiff_t lds, const mk_heads *h)
 {
     const size_t es = mk_dtype_size(t), row_bytes = (size_t)d * es;
     const int64_t ahead = AHEAD;
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(k, ldk, k_rows, es, j);
+        if (h) {
+            /* Key j of every kv head, one contiguous run in [B, L, H, D]:
+             * the hardware prefetchers follow it, no prefetch here. */
+            for (int64_t g = 0, i = 0; i < m; g++, i += h->group)
+                rows_dot(q + i * ldq, ldq,
+                         m - i < h->group ? m - i : h->group,
+                         row + (size_t)(g * h->ld) * es, t,
+                         mk_dtype_scaled(t) ? ks[j * ks_ld + g * h->scale_ld]
+                                            : 1.0f,
+                         d, s + i * lds + j, lds);
+            continue;
+        }
         const float sc = mk_dtype_scaled(t) ? ks[j * ks_ld] : 1.0f;
         if (j + ahead < n)
             prefetch_row(mk_decode_row(k, ldk, k_rows, es, j + ahead),
                          row_bytes);
-        for (int64_t i = 0; i < m; i += 4) {
-            const float *qi = q + i * ldq;
-            float *si = s + i * lds + j;
-            switch (m - i < 4 ? m - i : 4) {
-            case 1: dot_rows(1, qi, ldq, row, t, sc, d, si, lds); break;
-            case 2: dot_rows(2, qi, ldq, row, t, sc, d, si, lds); break;
-            case 3: dot_rows(3, qi, ldq, row, t, sc, d, si, lds); break;
-            default: dot_rows(4, qi, ldq, row, t, sc, d, si, lds); break;
-            }
-        }
+        rows_dot(q, ldq, m, row, t, sc, d, s + j, lds);
     }
 }
 
@@ -176,12 +196,15 @@ void mk_avx2_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                        const void *k, mk_dtype kt, ptrdiff_t ldk,
                        const void *const *k_rows, const float *ks,
                        ptrdiff_t ks_ld, int64_t n, int64_t d, float *s,
-                       ptrdiff_t lds)
+                       ptrdiff_t lds, const mk_heads *heads)
 {
-    assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && d >= 0);
+    assert(m >= 0 && n >= 0 && d >= 0);
+    assert(heads ? !k_rows && heads->group > 0 &&
+                       heads->group <= MK_DECODE_ROWS
+                 : m <= MK_DECODE_ROWS);
     assert(!mk_dtype_scaled(kt) == !ks && ks_ld >= 0);
 #define DECODE_QK(T)                                                      \
-    decode_qk(q, ldq, m, k, T, ldk, k_rows, ks, ks_ld, n, d, s, lds)
+    decode_qk(q, ldq, m, k, T, ldk, k_rows, ks, ks_ld, n, d, s, lds, heads)
     MK_FOR_DTYPE(kt, DECODE_QK)
 #undef DECODE_QK
 }
@@ -190,11 +213,58 @@ void mk_avx2_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
  * together while each output chunk stays in a register. */
 enum { KEYS = 8 };
 
+/* decode_pv across kv heads (h given): key by key, each key's run of
+ * heads in address order; per output element the same FMAs in the same
+ * key order as one call per head. */
+INLINE void decode_pv_heads(const float *p, ptrdiff_t ldp, int64_t m,
+                            int64_t n, const char *v, mk_dtype t,
+                            ptrdiff_t ldv, const float *vs, ptrdiff_t vs_ld,
+                            int64_t dv, float *o, ptrdiff_t ldo,
+                            const mk_heads *h)
+{
+    const size_t es = mk_dtype_size(t);
+    const int64_t full = dv / 8 * 8;
+    const __m256i tail = lanes(dv - full);
+    for (int64_t j = 0; j < n; j++) {
+        const char *row = v + (size_t)(j * ldv) * es;
+        for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += h->group) {
+            const char *rg = row + (size_t)(g * h->ld) * es;
+            const int64_t i1 = m - i0 < h->group ? m : i0 + h->group;
+            float pk[MK_DECODE_ROWS];
+            for (int64_t i = i0; i < i1; i++)
+                pk[i - i0] = mk_dtype_scaled(t)
+                                 ? p[i * ldp + j] *
+                                       vs[j * vs_ld + g * h->scale_ld] *
+                                       code_factor(t)
+                                 : p[i * ldp + j];
+            for (int64_t c = 0; c < full; c += 8) {
+                __m256 x = load8(rg, t, c);
+                for (int64_t i = i0; i < i1; i++) {
+                    float *oi = o + i * ldo + c;
+                    _mm256_storeu_ps(oi, _mm256_fmadd_ps(
+                                             _mm256_set1_ps(pk[i - i0]), x,
+                                             _mm256_loadu_ps(oi)));
+                }
+            }
+            if (full < dv) {
+                __m256 x = load_tail(rg, t, full, dv - full);
+                for (int64_t i = i0; i < i1; i++) {
+                    float *oi = o + i * ldo + full;
+                    _mm256_maskstore_ps(
+                        oi, tail,
+                        _mm256_fmadd_ps(_mm256_set1_ps(pk[i - i0]), x,
+                                        _mm256_maskload_ps(oi, tail)));
+                }
+            }
+        }
+    }
+}
+
 INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                       const void *v, mk_dtype t, ptrdiff_t ldv,
                       const void *const *v_rows, const float *vs,
                       ptrdiff_t vs_ld, int64_t dv, const float *alpha,
-                      float *o, ptrdiff_t ldo)
+                      float *o, ptrdiff_t ldo, const mk_heads *h)
 {
     const size_t es = mk_dtype_size(t), row_bytes = (size_t)dv * es;
     const int64_t ahead = AHEAD;
@@ -209,6 +279,11 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
             _mm256_maskstore_ps(
                 oi + full, tail,
                 _mm256_mul_ps(a, _mm256_maskload_ps(oi + full, tail)));
+    }
+    if (h) {
+        decode_pv_heads(p, ldp, m, n, (const char *)v, t, ldv, vs, vs_ld, dv,
+                        o, ldo, h);
+        return;
     }
     for (int64_t j0 = 0; j0 < n; j0 += KEYS) {
         const int64_t nj = n - j0 < KEYS ? n - j0 : KEYS;
@@ -252,12 +327,16 @@ void mk_avx2_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                        const void *v, mk_dtype vt, ptrdiff_t ldv,
                        const void *const *v_rows, const float *vs,
                        ptrdiff_t vs_ld, int64_t dv, const float *alpha,
-                       float *o, ptrdiff_t ldo)
+                       float *o, ptrdiff_t ldo, const mk_heads *heads)
 {
-    assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && dv >= 0);
+    assert(m >= 0 && n >= 0 && dv >= 0);
+    assert(heads ? !v_rows && heads->group > 0 &&
+                       heads->group <= MK_DECODE_ROWS
+                 : m <= MK_DECODE_ROWS);
     assert(!mk_dtype_scaled(vt) == !vs && vs_ld >= 0);
 #define DECODE_PV(T)                                                      \
-    decode_pv(p, ldp, m, n, v, T, ldv, v_rows, vs, vs_ld, dv, alpha, o, ldo)
+    decode_pv(p, ldp, m, n, v, T, ldv, v_rows, vs, vs_ld, dv, alpha, o, ldo, \
+              heads)
     MK_FOR_DTYPE(vt, DECODE_PV)
 #undef DECODE_PV
 }

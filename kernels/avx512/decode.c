@@ -142,31 +142,49 @@ INLINE void dot_rows(const int R, const float *q, ptrdiff_t ldq,
     }
 }
 
+/* s[r * lds] = q row r . key row, r < m <= MK_DECODE_ROWS: every row
+ * against the key at once. */
+INLINE void rows_dot(const float *q, ptrdiff_t ldq, int64_t m,
+                     const void *row, mk_dtype t, float sc, int64_t d,
+                     float *s, ptrdiff_t lds)
+{
+    switch (m) {
+    case 1: dot_rows(1, q, ldq, row, t, sc, d, s, lds); break;
+    case 2: dot_rows(2, q, ldq, row, t, sc, d, s, lds); break;
+    case 3: dot_rows(3, q, ldq, row, t, sc, d, s, lds); break;
+    case 4: dot_rows(4, q, ldq, row, t, sc, d, s, lds); break;
+    case 5: dot_rows(5, q, ldq, row, t, sc, d, s, lds); break;
+    case 6: dot_rows(6, q, ldq, row, t, sc, d, s, lds); break;
+    case 7: dot_rows(7, q, ldq, row, t, sc, d, s, lds); break;
+    case 8: dot_rows(8, q, ldq, row, t, sc, d, s, lds); break;
+    default: break;
+    }
+}
+
 INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                       const void *k, mk_dtype t, ptrdiff_t ldk,
                       const void *const *k_rows, const float *ks,
                       ptrdiff_t ks_ld, int64_t n, int64_t d, float *s,
-                      ptrdiff_t lds)
+                      ptrdiff_t lds, const mk_heads *h)
 {
     const size_t es = mk_dtype_size(t), row_bytes = (size_t)d * es;
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(k, ldk, k_rows, es, j);
+        if (h) { /* key j of every kv head: one run, no prefetch needed */
+            for (int64_t g = 0, i = 0; i < m; g++, i += h->group)
+                rows_dot(q + i * ldq, ldq,
+                         m - i < h->group ? m - i : h->group,
+                         row + (size_t)(g * h->ld) * es, t,
+                         mk_dtype_scaled(t) ? ks[j * ks_ld + g * h->scale_ld]
+                                            : 1.0f,
+                         d, s + i * lds + j, lds);
+            continue;
+        }
         const float sc = mk_dtype_scaled(t) ? ks[j * ks_ld] : 1.0f;
         if (j + AHEAD < n)
             prefetch_row(mk_decode_row(k, ldk, k_rows, es, j + AHEAD),
                          row_bytes);
-        float *sj = s + j;
-        switch (m) { /* every row against this key at once */
-        case 1: dot_rows(1, q, ldq, row, t, sc, d, sj, lds); break;
-        case 2: dot_rows(2, q, ldq, row, t, sc, d, sj, lds); break;
-        case 3: dot_rows(3, q, ldq, row, t, sc, d, sj, lds); break;
-        case 4: dot_rows(4, q, ldq, row, t, sc, d, sj, lds); break;
-        case 5: dot_rows(5, q, ldq, row, t, sc, d, sj, lds); break;
-        case 6: dot_rows(6, q, ldq, row, t, sc, d, sj, lds); break;
-        case 7: dot_rows(7, q, ldq, row, t, sc, d, sj, lds); break;
-        case 8: dot_rows(8, q, ldq, row, t, sc, d, sj, lds); break;
-        default: break;
-        }
+        rows_dot(q, ldq, m, row, t, sc, d, s + j, lds);
     }
 }
 
@@ -174,13 +192,16 @@ void mk_avx512_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                          const void *k, mk_dtype kt, ptrdiff_t ldk,
                          const void *const *k_rows, const float *ks,
                          ptrdiff_t ks_ld, int64_t n, int64_t d, float *s,
-                         ptrdiff_t lds)
+                         ptrdiff_t lds, const mk_heads *heads)
 {
-    assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && d >= 0);
+    assert(m >= 0 && n >= 0 && d >= 0);
+    assert(heads ? !k_rows && heads->group > 0 &&
+                       heads->group <= MK_DECODE_ROWS
+                 : m <= MK_DECODE_ROWS);
     assert(!mk_dtype_scaled(kt) == !ks && ks_ld >= 0);
     /* Only the 8-bit dtypes are instantiated here; the others are avx2's. */
 #define DECODE_QK(T)                                                      \
-    decode_qk(q, ldq, m, k, T, ldk, k_rows, ks, ks_ld, n, d, s, lds)
+    decode_qk(q, ldq, m, k, T, ldk, k_rows, ks, ks_ld, n, d, s, lds, heads)
     switch (kt) {
     case MK_I8: DECODE_QK(MK_I8); break;
     case MK_FP8_E4M3: DECODE_QK(MK_FP8_E4M3); break;
@@ -190,7 +211,7 @@ void mk_avx512_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
     case MK_BF16:
     case MK_DTYPE_COUNT:
         mk_avx2_decode_qk(q, ldq, m, k, kt, ldk, k_rows, ks, ks_ld, n, d, s,
-                          lds);
+                          lds, heads);
         break;
     }
 #undef DECODE_QK
@@ -219,11 +240,50 @@ INLINE void pv_chunk(int64_t m, int64_t nj, const float pk[][KEYS],
     }
 }
 
+/* decode_pv across kv heads (h given): key by key, each key's run of
+ * heads in address order; per output element the same FMAs in the same
+ * key order as one call per head. */
+INLINE void decode_pv_heads(const float *p, ptrdiff_t ldp, int64_t m,
+                            int64_t n, const char *v, mk_dtype t,
+                            ptrdiff_t ldv, const float *vs, ptrdiff_t vs_ld,
+                            int64_t dv, float *o, ptrdiff_t ldo,
+                            const mk_heads *h)
+{
+    const size_t es = mk_dtype_size(t);
+    const int64_t full = dv / 16 * 16;
+    const __mmask16 tail = lanes(dv - full);
+    for (int64_t j = 0; j < n; j++) {
+        const char *row = v + (size_t)(j * ldv) * es;
+        for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += h->group) {
+            const char *rg = row + (size_t)(g * h->ld) * es;
+            const int64_t i1 = m - i0 < h->group ? m : i0 + h->group;
+            float pk[MK_DECODE_ROWS][KEYS];
+            for (int64_t i = i0; i < i1; i++)
+                pk[i - i0][0] = mk_dtype_scaled(t)
+                                    ? p[i * ldp + j] *
+                                          vs[j * vs_ld + g * h->scale_ld] *
+                                          code_factor(t)
+                                    : p[i * ldp + j];
+            __m512 x;
+            for (int64_t c = 0; c < full; c += 16) {
+                x = load16(rg, t, c, 1, 0);
+                pv_chunk(i1 - i0, 1, (const float(*)[KEYS])pk, &x,
+                         o + i0 * ldo, ldo, c, 1, 0);
+            }
+            if (tail) {
+                x = load16(rg, t, full, 0, tail);
+                pv_chunk(i1 - i0, 1, (const float(*)[KEYS])pk, &x,
+                         o + i0 * ldo, ldo, full, 0, tail);
+            }
+        }
+    }
+}
+
 INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                       const void *v, mk_dtype t, ptrdiff_t ldv,
                       const void *const *v_rows, const float *vs,
                       ptrdiff_t vs_ld, int64_t dv, const float *alpha,
-                      float *o, ptrdiff_t ldo)
+                      float *o, ptrdiff_t ldo, const mk_heads *h)
 {
     const size_t es = mk_dtype_size(t), row_bytes = (size_t)dv * es;
     const int64_t full = dv / 16 * 16;
@@ -237,6 +297,11 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
             _mm512_mask_storeu_ps(
                 oi + full, tail,
                 _mm512_mul_ps(a, _mm512_maskz_loadu_ps(tail, oi + full)));
+    }
+    if (h) {
+        decode_pv_heads(p, ldp, m, n, (const char *)v, t, ldv, vs, vs_ld, dv,
+                        o, ldo, h);
+        return;
     }
     for (int64_t j0 = 0; j0 < n; j0 += KEYS) {
         const int64_t nj = n - j0 < KEYS ? n - j0 : KEYS;
@@ -274,13 +339,17 @@ void mk_avx512_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                          const void *v, mk_dtype vt, ptrdiff_t ldv,
                          const void *const *v_rows, const float *vs,
                          ptrdiff_t vs_ld, int64_t dv, const float *alpha,
-                         float *o, ptrdiff_t ldo)
+                         float *o, ptrdiff_t ldo, const mk_heads *heads)
 {
-    assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && dv >= 0);
+    assert(m >= 0 && n >= 0 && dv >= 0);
+    assert(heads ? !v_rows && heads->group > 0 &&
+                       heads->group <= MK_DECODE_ROWS
+                 : m <= MK_DECODE_ROWS);
     assert(!mk_dtype_scaled(vt) == !vs && vs_ld >= 0);
     /* Only the 8-bit dtypes are instantiated here; the others are avx2's. */
 #define DECODE_PV(T)                                                      \
-    decode_pv(p, ldp, m, n, v, T, ldv, v_rows, vs, vs_ld, dv, alpha, o, ldo)
+    decode_pv(p, ldp, m, n, v, T, ldv, v_rows, vs, vs_ld, dv, alpha, o, ldo, \
+              heads)
     switch (vt) {
     case MK_I8: DECODE_PV(MK_I8); break;
     case MK_FP8_E4M3: DECODE_PV(MK_FP8_E4M3); break;
@@ -290,7 +359,7 @@ void mk_avx512_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     case MK_BF16:
     case MK_DTYPE_COUNT:
         mk_avx2_decode_pv(p, ldp, m, n, v, vt, ldv, v_rows, vs, vs_ld, dv,
-                          alpha, o, ldo);
+                          alpha, o, ldo, heads);
         break;
     }
 #undef DECODE_PV

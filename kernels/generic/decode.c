@@ -85,10 +85,16 @@ void mk_generic_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                           const void *k, mk_dtype kt, ptrdiff_t ldk,
                           const void *const *k_rows, const float *ks,
                           ptrdiff_t ks_ld, int64_t n, int64_t d, float *s,
-                          ptrdiff_t lds)
+                          ptrdiff_t lds, const mk_heads *heads)
 {
-    assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && d >= 0);
     assert(!mk_dtype_scaled(kt) == !ks && ks_ld >= 0);
+    if (heads) { /* one call per kv head */
+        assert(!k_rows && heads->group > 0 && heads->group <= MK_DECODE_ROWS);
+        mk_decode_qk_by_head(mk_generic_decode_qk, q, ldq, m, k, kt, ldk, ks,
+                             ks_ld, n, d, s, lds, heads);
+        return;
+    }
+    assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && d >= 0);
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(k, ldk, k_rows, mk_dtype_size(kt), j);
         prefetch_row(k, ldk, k_rows, mk_dtype_size(kt), j + AHEAD, n, d);
@@ -103,10 +109,17 @@ void mk_generic_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                           const void *v, mk_dtype vt, ptrdiff_t ldv,
                           const void *const *v_rows, const float *vs,
                           ptrdiff_t vs_ld, int64_t dv,
-                          const float *alpha, float *o, ptrdiff_t ldo)
+                          const float *alpha, float *o, ptrdiff_t ldo,
+                          const mk_heads *heads)
 {
-    assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && dv >= 0);
     assert(!mk_dtype_scaled(vt) == !vs && vs_ld >= 0);
+    if (heads) {
+        assert(!v_rows && heads->group > 0 && heads->group <= MK_DECODE_ROWS);
+        mk_decode_pv_by_head(mk_generic_decode_pv, p, ldp, m, n, v, vt, ldv, vs,
+                             vs_ld, dv, alpha, o, ldo, heads);
+        return;
+    }
+    assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && dv >= 0);
     float vb[CHUNK];
     for (int64_t i = 0; alpha && i < m; i++)
         for (int64_t c = 0; c < dv; c++)
