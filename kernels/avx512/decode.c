@@ -1,13 +1,15 @@
-/* The AVX-512 decode kernels for 8-bit caches: up to MK_DECODE_ROWS query
- * rows against key and value rows read in place, codes widened in
- * registers 16 at a time (sign extension and VCVTDQ2PS for int8, fp8 moved
- * into binary16 bits for VCVTPH2PS), tails through opmasks. The avx2
- * table's kernels convert 8 codes per instruction, and an 8-bit cache's
- * decode is bound by those conversions rather than by memory: 16 lanes
- * run it 1.15-1.5x faster (docs/benchmarks.md). fp32 and 16-bit caches,
- * bound by memory, stay on the avx2 kernels (measured level or slower
- * here). A scaled row's scale multiplies its score (keys) or its
- * probability (values).
+/* The AVX-512 decode kernels for 8- and 16-bit caches: up to
+ * MK_DECODE_ROWS query rows (or rows across kv heads) against key and
+ * value rows read in place, codes widened in registers 16 at a time (sign
+ * extension and VCVTDQ2PS for int8, fp8 moved into binary16 bits for
+ * VCVTPH2PS, VCVTPH2PS and a shift for the 16-bit types), tails through
+ * opmasks. The avx2 table's kernels convert 8 codes per instruction, and
+ * an 8-bit cache's decode is bound by those conversions rather than by
+ * memory: 16 lanes run it 1.15-1.5x faster; 16-bit caches measured
+ * 1.04-1.17x faster on 1 thread (level on 2). fp32 stays on the avx2
+ * kernels: level one kv head at a time, 0.88-0.95x across kv heads with
+ * one query row per kv head (docs/benchmarks.md). A scaled row's scale
+ * multiplies its score (keys) or its probability (values).
  *
  * As in the avx2 kernels, rows are prefetched a fixed distance ahead into
  * L2 (one head's rows of a [B, L, H, D] cache are a page or more apart,
@@ -199,16 +201,16 @@ void mk_avx512_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                        heads->group <= MK_DECODE_ROWS
                  : m <= MK_DECODE_ROWS);
     assert(!mk_dtype_scaled(kt) == !ks && ks_ld >= 0);
-    /* Only the 8-bit dtypes are instantiated here; the others are avx2's. */
+    /* fp32 is avx2's (see the file comment). */
 #define DECODE_QK(T)                                                      \
     decode_qk(q, ldq, m, k, T, ldk, k_rows, ks, ks_ld, n, d, s, lds, heads)
     switch (kt) {
     case MK_I8: DECODE_QK(MK_I8); break;
     case MK_FP8_E4M3: DECODE_QK(MK_FP8_E4M3); break;
     case MK_FP8_E5M2: DECODE_QK(MK_FP8_E5M2); break;
+    case MK_F16: DECODE_QK(MK_F16); break;
+    case MK_BF16: DECODE_QK(MK_BF16); break;
     case MK_F32:
-    case MK_F16:
-    case MK_BF16:
     case MK_DTYPE_COUNT:
         mk_avx2_decode_qk(q, ldq, m, k, kt, ldk, k_rows, ks, ks_ld, n, d, s,
                           lds, heads);
@@ -346,7 +348,7 @@ void mk_avx512_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                        heads->group <= MK_DECODE_ROWS
                  : m <= MK_DECODE_ROWS);
     assert(!mk_dtype_scaled(vt) == !vs && vs_ld >= 0);
-    /* Only the 8-bit dtypes are instantiated here; the others are avx2's. */
+    /* As for decode_qk. */
 #define DECODE_PV(T)                                                      \
     decode_pv(p, ldp, m, n, v, T, ldv, v_rows, vs, vs_ld, dv, alpha, o, ldo, \
               heads)
@@ -354,9 +356,9 @@ void mk_avx512_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     case MK_I8: DECODE_PV(MK_I8); break;
     case MK_FP8_E4M3: DECODE_PV(MK_FP8_E4M3); break;
     case MK_FP8_E5M2: DECODE_PV(MK_FP8_E5M2); break;
+    case MK_F16: DECODE_PV(MK_F16); break;
+    case MK_BF16: DECODE_PV(MK_BF16); break;
     case MK_F32:
-    case MK_F16:
-    case MK_BF16:
     case MK_DTYPE_COUNT:
         mk_avx2_decode_pv(p, ldp, m, n, v, vt, ldv, v_rows, vs, vs_ld, dv,
                           alpha, o, ldo, heads);
