@@ -18,12 +18,13 @@ static mha_scratch thread_scratch(const mha_plan *pl, float *base, int tid)
                      f + l->l,  f + l->alpha, f + l->l2, f + l->kw,
                      f + l->vw, f + l->qw, f + l->ow, NULL, NULL, NULL, NULL,
                      NULL};
-    /* Row tables of decode_key_block pointers each, then the scales. */
+    /* Row tables of decode_key_block pointers each, then the scales
+     * (rt_scales floats each). */
     int64_t n = pl->decode_key_block;
     s.k_rows = (const void **)(f + l->rt);
     s.v_rows = s.k_rows + n;
     s.k_scales = (float *)(s.v_rows + n);
-    s.v_scales = s.k_scales + n;
+    s.v_scales = s.k_scales + pl->rt_scales;
     return s;
 }
 

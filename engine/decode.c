@@ -10,8 +10,9 @@
 /* Rows [k0, k0 + nk) of the row block's K (value 0) or V head as the
  * decode kernels take them: from a first row at the head's stride, or
  * for a paged cache through a row table (in the thread's scratch, with
- * the rows' scales gathered beside it), so one call covers the key block
- * across its cache blocks and prefetches across them too. */
+ * the rows' scales gathered beside it: per row, or per row and kv head
+ * for a block across kv heads), so one call covers the key block across
+ * its cache blocks and prefetches across them too. */
 typedef struct {
     const char *first;
     const void *const *rows;
@@ -34,18 +35,22 @@ static kv_rows rows_of(const mha_problem *p, const mha_row_block *rb,
     const void **rows = value ? sc->v_rows : sc->k_rows;
     float *scale = value ? sc->v_scales : sc->k_scales;
     const float *sr = NULL;
+    /* Across kv heads, every head's scale of a row: g heads per row. */
+    int64_t g = rb->kv_group ? (rb->rows + rb->kv_group - 1) / rb->kv_group
+                             : 1;
+    ptrdiff_t hs = value ? rb->vs_hs : rb->ks_hs;
     for (int64_t j = 0, run; j < nk; j += run) {
         const char *x;
         run = mha_kv_run(p, rb, value, k0 + j, nk - j, &x, &sr);
         for (int64_t r = 0; r < run; r++) {
             rows[j + r] = x + (size_t)(r * stride) * es;
-            if (sr)
-                scale[j + r] = sr[r * sss];
+            for (int64_t h = 0; sr && h < g; h++)
+                scale[(j + r) * g + h] = sr[r * sss + h * hs];
         }
     }
     kv.rows = rows;
     kv.scales = sr ? scale : NULL;
-    kv.scales_ld = 1;
+    kv.scales_ld = g;
     return kv;
 }
 
@@ -57,7 +62,7 @@ void mha_decode_scores(const mk_table *t, const mha_problem *p,
     (void)pl;
     mk_mask mk = mha_block_mask(rb, k0, nk);
     kv_rows k = rows_of(p, rb, sc, 0, k0, nk);
-    mk_heads heads = {rb->kv_group, rb->k_hs, rb->ks_hs};
+    mk_heads heads = {rb->kv_group, rb->k_hs, k.rows ? 1 : rb->ks_hs};
     t->decode_qk(rb->q, rb->ldq, rb->rows, k.first, (mk_dtype)p->k_dtype,
                  p->k_ss, k.rows, k.scales, k.scales_ld, nk, p->d, sc->s,
                  rb->key_block, rb->kv_group ? &heads : NULL);
@@ -75,7 +80,7 @@ void mha_decode_step(const mk_table *t, const mha_problem *p,
     if (rb->w)
         t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, rb->w_ld);
     kv_rows v = rows_of(p, rb, sc, 1, k0, nk);
-    mk_heads heads = {rb->kv_group, rb->v_hs, rb->vs_hs};
+    mk_heads heads = {rb->kv_group, rb->v_hs, v.rows ? 1 : rb->vs_hs};
     t->decode_pv(sc->s, bk, rb->rows, nk, v.first, (mk_dtype)p->v_dtype,
                  p->v_ss, v.rows, v.scales, v.scales_ld, p->dv, sc->alpha, o,
                  p->dv, rb->kv_group ? &heads : NULL);

@@ -32,13 +32,13 @@ static int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 /* The kv heads one decode row block spans at a single query: all of a
  * position's (up to block_q rows), when one position's K rows of every kv
  * head lie closer together than two positions (and V's too: a [B, L, H,
- * D] cache, packed or batched) and the cache is dense. Reading a
- * position's heads as one run is what [B, L, H, D] rewards; a [B, H, L,
- * D] cache (heads far apart) or a paged one keeps one kv head per block.
- * From the shape and strides only. */
+ * D] cache, packed, batched or paged in blocks of that order). Reading a
+ * position's heads as one run is what that layout rewards; a [B, H, L, D]
+ * cache (heads far apart) keeps one kv head per block. From the shape and
+ * strides only. */
 static int64_t kv_span(const mk_table *t, const mha_problem *p, int64_t group)
 {
-    if (p->block_table || p->kv_heads < 2 || group > MK_DECODE_ROWS ||
+    if (p->kv_heads < 2 || group > MK_DECODE_ROWS ||
         p->k_sh <= 0 || p->k_sh >= p->k_ss || p->v_sh <= 0 ||
         p->v_sh >= p->v_ss)
         return 1;
@@ -152,6 +152,12 @@ static int cut_work(const mk_table *t, const mha_problem *p, mha_plan *pl)
      * across long runs of rows and the per-block steps are few. */
     int64_t bk = t->block_k, n = t->block_q * bk / MK_DECODE_ROWS / bk * bk;
     pl->decode_key_block = n > bk ? n : bk;
+    /* A paged decode block's row scales: one per key, or one per key and
+     * kv head for a block spanning kv heads (SPAN_KEYS or fewer keys). */
+    int64_t span = kv_span(t, p, pl->group);
+    pl->rt_scales = pl->decode_key_block;
+    if (span > 1 && SPAN_KEYS * span > pl->rt_scales)
+        pl->rt_scales = SPAN_KEYS * span;
     return 1;
 }
 
@@ -231,7 +237,8 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
     enum { S, KP, O, M, L, ALPHA, L2, KW, VW, RT, QW, OW };
     if (paged && pl->any_decode)
         part[RT] = pl->decode_key_block *
-                   (int64_t)(2 * sizeof(void *) / sizeof(float) + 2);
+                       (int64_t)(2 * sizeof(void *) / sizeof(float)) +
+                   2 * pl->rt_scales;
     /* Decode blocks of <= MK_DECODE_ROWS rows and decode_key_block keys
      * fit the block_q x block_k score tile too. */
     if (!mha_mul_ok(bq, bk, &part[S]) ||

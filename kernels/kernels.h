@@ -229,7 +229,8 @@ typedef void mk_normalize_fn(const float *o, ptrdiff_t ldo, int64_t m,
  * Otherwise the rows span kv heads (docs/design.md, "Decode across
  * heads"): rows [g * group, (g + 1) * group) read kv head g, whose row j
  * lies g * ld elements past the given row j and whose scale g * scale_ld
- * floats past sk_j; group <= MK_DECODE_ROWS, m any, no row table. The
+ * floats past sk_j; group <= MK_DECODE_ROWS, m any; a row table gives
+ * head 0's rows. The
  * kernels then read key by key across the heads (a [B, L, H, D]
  * position's heads are one contiguous run) and every value is the same,
  * bit for bit, as with one call per kv head. */
@@ -249,37 +250,61 @@ typedef void mk_decode_pv_fn(const float *p, ptrdiff_t ldp, int64_t m,
                              const float *alpha, float *o, ptrdiff_t ldo,
                              const mk_heads *heads);
 
-/* A decode call across kv heads as one call per kv head (heads given):
- * what a table without its own across-heads loop does (generic, NEON). */
+/* A decode call across kv heads as calls per kv head (heads given): what
+ * a table without its own across-heads loop does (generic, NEON). With a
+ * row table (head 0's rows), one call per key and kv head; the kernel
+ * contract makes that the same, bit for bit, as one call over the keys. */
 static inline void mk_decode_qk_by_head(mk_decode_qk_fn *f, const float *q,
                                         ptrdiff_t ldq, int64_t m,
                                         const void *k, mk_dtype kt,
-                                        ptrdiff_t ldk, const float *ks,
-                                        ptrdiff_t ks_ld, int64_t n, int64_t d,
-                                        float *s, ptrdiff_t lds,
-                                        const mk_heads *h)
+                                        ptrdiff_t ldk,
+                                        const void *const *k_rows,
+                                        const float *ks, ptrdiff_t ks_ld,
+                                        int64_t n, int64_t d, float *s,
+                                        ptrdiff_t lds, const mk_heads *h)
 {
     size_t es = mk_dtype_size(kt);
-    for (int64_t g = 0, i = 0; i < m; g++, i += h->group)
-        f(q + i * ldq, ldq, m - i < h->group ? m - i : h->group,
-          (const char *)k + (size_t)(g * h->ld) * es, kt, ldk, NULL,
-          ks ? ks + g * h->scale_ld : NULL, ks_ld, n, d, s + i * lds, lds,
-          NULL);
+    for (int64_t g = 0, i = 0; i < m; g++, i += h->group) {
+        int64_t rows = m - i < h->group ? m - i : h->group;
+        const float *kg = ks ? ks + g * h->scale_ld : NULL;
+        size_t off = (size_t)(g * h->ld) * es;
+        if (!k_rows) {
+            f(q + i * ldq, ldq, rows, (const char *)k + off, kt, ldk, NULL,
+              kg, ks_ld, n, d, s + i * lds, lds, NULL);
+            continue;
+        }
+        for (int64_t j = 0; j < n; j++)
+            f(q + i * ldq, ldq, rows, (const char *)k_rows[j] + off, kt, 0,
+              NULL, kg ? kg + j * ks_ld : NULL, 0, 1, d, s + i * lds + j, lds,
+              NULL);
+    }
 }
 static inline void mk_decode_pv_by_head(mk_decode_pv_fn *f, const float *p,
                                         ptrdiff_t ldp, int64_t m, int64_t n,
                                         const void *v, mk_dtype vt,
-                                        ptrdiff_t ldv, const float *vs,
-                                        ptrdiff_t vs_ld, int64_t dv,
-                                        const float *alpha, float *o,
-                                        ptrdiff_t ldo, const mk_heads *h)
+                                        ptrdiff_t ldv,
+                                        const void *const *v_rows,
+                                        const float *vs, ptrdiff_t vs_ld,
+                                        int64_t dv, const float *alpha,
+                                        float *o, ptrdiff_t ldo,
+                                        const mk_heads *h)
 {
     size_t es = mk_dtype_size(vt);
-    for (int64_t g = 0, i = 0; i < m; g++, i += h->group)
-        f(p + i * ldp, ldp, m - i < h->group ? m - i : h->group, n,
-          (const char *)v + (size_t)(g * h->ld) * es, vt, ldv, NULL,
-          vs ? vs + g * h->scale_ld : NULL, vs_ld, dv,
-          alpha ? alpha + i : NULL, o + i * ldo, ldo, NULL);
+    for (int64_t g = 0, i = 0; i < m; g++, i += h->group) {
+        int64_t rows = m - i < h->group ? m - i : h->group;
+        const float *vg = vs ? vs + g * h->scale_ld : NULL;
+        const float *ag = alpha ? alpha + i : NULL;
+        size_t off = (size_t)(g * h->ld) * es;
+        if (!v_rows || n == 0) {
+            f(p + i * ldp, ldp, rows, n, (const char *)v + off, vt, ldv, NULL,
+              vg, vs_ld, dv, ag, o + i * ldo, ldo, NULL);
+            continue;
+        }
+        for (int64_t j = 0; j < n; j++) /* alpha with the first key only */
+            f(p + i * ldp + j, ldp, rows, 1, (const char *)v_rows[j] + off,
+              vt, 0, NULL, vg ? vg + j * vs_ld : NULL, 0, dv,
+              j == 0 ? ag : NULL, o + i * ldo, ldo, NULL);
+    }
 }
 
 /* Row j of a decode operand: rows[j] with a row table, else j rows of ld

@@ -518,6 +518,47 @@ static void decode_heads_same(const same_ctx *cx, test_rng *r, int64_t group)
     char how[64];
     snprintf(how, sizeof how, "across heads of %lld rows", (long long)group);
     expect_same_rows(cx, how, o_all, o_one, m, 0, w, ldo, "in a call per head");
+
+    /* Through a row table (head 0's rows, in a shuffled order; a paged
+     * cache), against calls per head through per-head tables. */
+    const void **tab = test_alloc((size_t)n * sizeof *tab);
+    const void **htab = test_alloc((size_t)n * sizeof *htab);
+    float *tsc = sc ? test_alloc((size_t)(n * G) * sizeof *tsc) : NULL;
+    for (int64_t j = 0; j < n; j++) {
+        int64_t at = (j * 29 + 11) % n; /* 29 and 70 coprime */
+        tab[j] = kv + (size_t)(at * ld) * es;
+        for (int64_t g = 0; tsc && g < G; g++)
+            tsc[j * G + g] = sc[at * G + g];
+    }
+    cx->tb->decode_qk(q, ldq, m, NULL, cx->t, 0, tab, tsc, G, n, w, s_all, n,
+                      &h);
+    memcpy(o_all, o0, no * sizeof *o0);
+    memcpy(o_one, o0, no * sizeof *o0);
+    cx->tb->decode_pv(p, n, m, n, NULL, cx->t, 0, tab, tsc, G, w, alpha,
+                      o_all, ldo, &h);
+    for (int64_t g = 0, i = 0; i < m; g++, i += group) {
+        int64_t rows = m - i < group ? m - i : group;
+        for (int64_t j = 0; j < n; j++)
+            htab[j] = (const char *)tab[j] + (size_t)(g * hld) * es;
+        cx->tb->decode_qk(q + i * ldq, ldq, rows, NULL, cx->t, 0, htab,
+                          tsc ? tsc + g : NULL, G, n, w, s_one + i * n, n,
+                          NULL);
+        cx->tb->decode_pv(p + i * n, n, rows, n, NULL, cx->t, 0, htab,
+                          tsc ? tsc + g : NULL, G, w, alpha + i,
+                          o_one + i * ldo, ldo, NULL);
+    }
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++)
+            REQUIRE(same_value(s_all[i * n + j], s_one[i * n + j]),
+                    "decode_qk [%s] %s d %lld across %lld heads of %lld rows "
+                    "through a row table: s[%lld][%lld] = %a, %a in a call "
+                    "per head", cx->isa, DTYPE_NAME[cx->t], (long long)w,
+                    (long long)G, (long long)group, (long long)i,
+                    (long long)j, (double)s_all[i * n + j],
+                    (double)s_one[i * n + j]);
+    expect_same_rows(cx, how, o_all, o_one, m, 0, w, ldo,
+                     "in a call per head, through row tables");
+    free(tab), free(htab), free(tsc);
     free(q), free(sc), free(kv), free(p), free(alpha), free(o0);
     free(s_all), free(s_one), free(o_all), free(o_one);
 }

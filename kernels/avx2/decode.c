@@ -26,6 +26,19 @@
  * they are used (the distance measured: docs/design.md). */
 enum { AHEAD = 32 };
 
+/* Across kv heads through a row table (a paged cache): positions whose
+ * heads' run is fetched ahead into L2, for the jumps between cache blocks
+ * (a dense cache's runs are sequential and need none). */
+enum { HEADS_AHEAD = 16 };
+
+/* Bytes of the run of kv heads one position of a block across heads
+ * covers: m rows of h->group per head. */
+INLINE size_t heads_bytes(int64_t m, const mk_heads *h, int64_t width,
+                          size_t es)
+{
+    return (size_t)(((m + h->group - 1) / h->group - 1) * h->ld + width) * es;
+}
+
 /* Every cache line of a row of row_bytes bytes, into L2. Kept
  * always_inline beside its loops: a shared static inline helper compiled
  * to half the prefetches and halved [B, L, H, D] decode
@@ -174,7 +187,9 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
         const char *row = mk_decode_row(k, ldk, k_rows, es, j);
         if (h) {
             /* Key j of every kv head, one contiguous run in [B, L, H, D]:
-             * the hardware prefetchers follow it, no prefetch here. */
+             * the hardware prefetchers follow it within a dense cache. */
+            if (k_rows && j + HEADS_AHEAD < n)
+                prefetch_row(k_rows[j + HEADS_AHEAD], heads_bytes(m, h, d, es));
             for (int64_t g = 0, i = 0; i < m; g++, i += h->group)
                 rows_dot(q + i * ldq, ldq,
                          m - i < h->group ? m - i : h->group,
@@ -199,7 +214,7 @@ void mk_avx2_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                        ptrdiff_t lds, const mk_heads *heads)
 {
     assert(m >= 0 && n >= 0 && d >= 0);
-    assert(heads ? !k_rows && heads->group > 0 &&
+    assert(heads ? heads->group > 0 &&
                        heads->group <= MK_DECODE_ROWS
                  : m <= MK_DECODE_ROWS);
     assert(!mk_dtype_scaled(kt) == !ks && ks_ld >= 0);
@@ -217,8 +232,9 @@ enum { KEYS = 8 };
  * heads in address order; per output element the same FMAs in the same
  * key order as one call per head. */
 INLINE void decode_pv_heads(const float *p, ptrdiff_t ldp, int64_t m,
-                            int64_t n, const char *v, mk_dtype t,
-                            ptrdiff_t ldv, const float *vs, ptrdiff_t vs_ld,
+                            int64_t n, const void *v, mk_dtype t,
+                            ptrdiff_t ldv, const void *const *v_rows,
+                            const float *vs, ptrdiff_t vs_ld,
                             int64_t dv, float *o, ptrdiff_t ldo,
                             const mk_heads *h)
 {
@@ -226,7 +242,9 @@ INLINE void decode_pv_heads(const float *p, ptrdiff_t ldp, int64_t m,
     const int64_t full = dv / 8 * 8;
     const __m256i tail = lanes(dv - full);
     for (int64_t j = 0; j < n; j++) {
-        const char *row = v + (size_t)(j * ldv) * es;
+        const char *row = mk_decode_row(v, ldv, v_rows, es, j);
+        if (v_rows && j + HEADS_AHEAD < n)
+            prefetch_row(v_rows[j + HEADS_AHEAD], heads_bytes(m, h, dv, es));
         for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += h->group) {
             const char *rg = row + (size_t)(g * h->ld) * es;
             const int64_t i1 = m - i0 < h->group ? m : i0 + h->group;
@@ -281,8 +299,8 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                 _mm256_mul_ps(a, _mm256_maskload_ps(oi + full, tail)));
     }
     if (h) {
-        decode_pv_heads(p, ldp, m, n, (const char *)v, t, ldv, vs, vs_ld, dv,
-                        o, ldo, h);
+        decode_pv_heads(p, ldp, m, n, v, t, ldv, v_rows, vs, vs_ld, dv, o,
+                        ldo, h);
         return;
     }
     for (int64_t j0 = 0; j0 < n; j0 += KEYS) {
@@ -330,7 +348,7 @@ void mk_avx2_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                        float *o, ptrdiff_t ldo, const mk_heads *heads)
 {
     assert(m >= 0 && n >= 0 && dv >= 0);
-    assert(heads ? !v_rows && heads->group > 0 &&
+    assert(heads ? heads->group > 0 &&
                        heads->group <= MK_DECODE_ROWS
                  : m <= MK_DECODE_ROWS);
     assert(!mk_dtype_scaled(vt) == !vs && vs_ld >= 0);

@@ -197,9 +197,9 @@ void mk_neon_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
 {
     assert(!mk_dtype_scaled(kt) == !ks && ks_ld >= 0);
     if (heads) { /* one call per kv head */
-        assert(!k_rows && heads->group > 0 && heads->group <= MK_DECODE_ROWS);
-        mk_decode_qk_by_head(mk_neon_decode_qk, q, ldq, m, k, kt, ldk, ks,
-                             ks_ld, n, d, s, lds, heads);
+        assert(heads->group > 0 && heads->group <= MK_DECODE_ROWS);
+        mk_decode_qk_by_head(mk_neon_decode_qk, q, ldq, m, k, kt, ldk, k_rows,
+                             ks, ks_ld, n, d, s, lds, heads);
         return;
     }
     assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && d >= 0);
@@ -305,9 +305,9 @@ void mk_neon_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
 {
     assert(!mk_dtype_scaled(vt) == !vs && vs_ld >= 0);
     if (heads) {
-        assert(!v_rows && heads->group > 0 && heads->group <= MK_DECODE_ROWS);
-        mk_decode_pv_by_head(mk_neon_decode_pv, p, ldp, m, n, v, vt, ldv, vs,
-                             vs_ld, dv, alpha, o, ldo, heads);
+        assert(heads->group > 0 && heads->group <= MK_DECODE_ROWS);
+        mk_decode_pv_by_head(mk_neon_decode_pv, p, ldp, m, n, v, vt, ldv,
+                             v_rows, vs, vs_ld, dv, alpha, o, ldo, heads);
         return;
     }
     assert(m >= 0 && m <= MK_DECODE_ROWS && n >= 0 && dv >= 0);
