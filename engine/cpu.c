@@ -51,15 +51,17 @@ static int detect_avx512(void)
     return (xlo & state) == state;
 }
 
-/* The avx512bf16 table: the avx512 table's needs plus AVX512-BF16 (CPUID
- * leaf 7 subleaf 1 EAX bit 5). */
+/* The avx512bf16 table: the avx512 table's needs plus AVX512-VBMI (CPUID
+ * leaf 7 ECX bit 1; its decode kernels' byte lookups) and AVX512-BF16
+ * (leaf 7 subleaf 1 EAX bit 5). Every CPU with AVX512-BF16 but Cooper
+ * Lake has VBMI; Cooper Lake runs the avx512 table. */
 static int detect_avx512_bf16(void)
 {
     if (!detect_avx512())
         return 0;
     unsigned a, b, c, d;
     __cpuid_count(7, 0, a, b, c, d);
-    if (a < 1) /* no subleaf 1 */
+    if (a < 1 || !(c & (1u << 1))) /* no subleaf 1, or no VBMI */
         return 0;
     __cpuid_count(7, 1, a, b, c, d);
     return (a & (1u << 5)) != 0;

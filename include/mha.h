@@ -85,8 +85,8 @@ typedef enum mha_isa {
     MHA_ISA_AVX2 = 2, /* x86-64 AVX2 + FMA */
     MHA_ISA_NEON = 3, /* AArch64 Advanced SIMD */
     MHA_ISA_AVX512 = 4, /* x86-64 AVX-512F/BW/VL/DQ + FMA */
-    MHA_ISA_AVX512_BF16 = 5, /* avx512 + AVX512-BF16: bf16 compute on
-                                VDPBF16PS (docs/design.md) */
+    MHA_ISA_AVX512_BF16 = 5, /* avx512 + AVX512-BF16 and VBMI: bf16 compute
+                                on VDPBF16PS (docs/design.md) */
     MHA_ISA_NEON_BF16 = 6 /* neon + FEAT_BF16: bf16 compute on BFDOT */
 } mha_isa;
 

@@ -27,6 +27,15 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
+/* The table whose decode slots this build defines: avx512, or avx512bf16
+ * (kernels/avx512bf16/decode.c, with MK_AVX512_VBMI). */
+#ifndef MK_AVX512_DECODE_ISA
+#define MK_AVX512_DECODE_ISA avx512
+#endif
+#define MK_AVX512_DECODE_CAT(isa, op) mk_##isa##_##op
+#define MK_AVX512_DECODE_XCAT(isa, op) MK_AVX512_DECODE_CAT(isa, op)
+#define MK_AVX512_DECODE_NAME(op) MK_AVX512_DECODE_XCAT(MK_AVX512_DECODE_ISA, op)
+
 /* Rows fetched ahead of the one in use, into L2 (the avx2 kernels'
  * distance, docs/design.md). */
 enum { AHEAD = 32 };
@@ -69,11 +78,70 @@ INLINE __m256i e4m3_to_f16(__m256i s)
                                  _mm256_or_si256(h, _mm256_set1_epi16(0x7C00)));
 }
 
+#ifdef MK_AVX512_VBMI
+/* E4M3 through byte lookups (AVX512-VBMI; the avx512bf16 table's build of
+ * this file): every E4M3 value is a bfloat16 (4 significant bits,
+ * exponents 2^-9..2^8), so a code's fp32 bits are its bfloat16's high
+ * byte (sign | E4M3_HI[code & 0x7F]) and low byte (E4M3_LO[...]) over 16
+ * zero bits. Two 128-entry VPERMI2B lookups, a VPTERNLOGD for the sign and
+ * one zero-masked VPERMT2B that places the bytes: 4 instructions per 16
+ * codes instead of the binary16 path's 7 and a VCVTPH2PS. NaN (0x7F and
+ * 0xFF) maps to a quiet NaN; the tables were generated from the format's
+ * definition and the quant suite checks all 256 codes. */
+_Alignas(64) static const uint8_t E4M3_HI[128] = {
+    0x00, 0x3B, 0x3B, 0x3B, 0x3C, 0x3C, 0x3C, 0x3C, 0x3C, 0x3C, 0x3C, 0x3C, 0x3C, 0x3C, 0x3C, 0x3C,
+    0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D,
+    0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E,
+    0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F,
+    0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40,
+    0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41,
+    0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42,
+    0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x7F,
+};
+_Alignas(64) static const uint8_t E4M3_LO[128] = {
+    0x00, 0x00, 0x80, 0xC0, 0x00, 0x20, 0x40, 0x60, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0, 0xE0, 0xF0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0, 0xE0, 0xF0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0, 0xE0, 0xF0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0, 0xE0, 0xF0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0, 0xE0, 0xF0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0, 0xE0, 0xF0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0, 0xE0, 0xF0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0, 0xE0, 0xC0,
+};
+/* Byte 4i + 2 from lo's byte i, 4i + 3 from hi's (index 64 + i). */
+_Alignas(64) static const uint8_t E4M3_PLACE[64] = {
+    0, 0, 0, 64,  0, 0, 1, 65,  0, 0, 2, 66,  0, 0, 3, 67,
+    0, 0, 4, 68,  0, 0, 5, 69,  0, 0, 6, 70,  0, 0, 7, 71,
+    0, 0, 8, 72,  0, 0, 9, 73,  0, 0, 10, 74, 0, 0, 11, 75,
+    0, 0, 12, 76, 0, 0, 13, 77, 0, 0, 14, 78, 0, 0, 15, 79,
+};
+
+INLINE __m512 e4m3_to_f32(__m128i codes)
+{
+    const __m512i x = _mm512_castsi128_si512(codes);
+    __m512i hi = _mm512_permutex2var_epi8(
+        _mm512_load_si512(E4M3_HI), x, _mm512_load_si512(E4M3_HI + 64));
+    __m512i lo = _mm512_permutex2var_epi8(
+        _mm512_load_si512(E4M3_LO), x, _mm512_load_si512(E4M3_LO + 64));
+    hi = _mm512_ternarylogic_epi32(hi, x, _mm512_set1_epi8((char)0x80),
+                                   0xF8); /* hi | (x & 0x80) */
+    return _mm512_castsi512_ps(_mm512_maskz_permutex2var_epi8(
+        0xCCCCCCCCCCCCCCCCull, lo, _mm512_load_si512(E4M3_PLACE), hi));
+}
+
+/* E4M3 loads as its exact value: nothing to undo. */
+INLINE float code_factor(mk_dtype t)
+{
+    (void)t;
+    return 1.0f;
+}
+#else
 /* What load16 leaves to undo per row: E4M3 loads as its value times 2^-8. */
 INLINE float code_factor(mk_dtype t)
 {
     return t == MK_FP8_E4M3 ? 256.0f : 1.0f;
 }
+#endif
 
 INLINE __mmask16 lanes(int64_t n)
 {
@@ -106,9 +174,14 @@ INLINE __m512 load16(const void *row, mk_dtype t, int64_t c, int full,
             full ? _mm_loadu_si128((const __m128i *)b)
                  : _mm_maskz_loadu_epi8(k, b)));
     case MK_FP8_E4M3:
+#ifdef MK_AVX512_VBMI
+        return e4m3_to_f32(full ? _mm_loadu_si128((const __m128i *)b)
+                                : _mm_maskz_loadu_epi8(k, b));
+#else
         return _mm512_cvtph_ps(e4m3_to_f16(_mm256_cvtepi8_epi16(
             full ? _mm_loadu_si128((const __m128i *)b)
                  : _mm_maskz_loadu_epi8(k, b))));
+#endif
     case MK_FP8_E5M2: /* the high byte of a binary16 */
         return _mm512_cvtph_ps(_mm256_slli_epi16(
             _mm256_cvtepu8_epi16(full ? _mm_loadu_si128((const __m128i *)b)
@@ -205,7 +278,7 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
     }
 }
 
-void mk_avx512_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
+void MK_AVX512_DECODE_NAME(decode_qk)(const float *q, ptrdiff_t ldq, int64_t m,
                          const void *k, mk_dtype kt, ptrdiff_t ldk,
                          const void *const *k_rows, const float *ks,
                          ptrdiff_t ks_ld, int64_t n, int64_t d, float *s,
@@ -356,7 +429,7 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     }
 }
 
-void mk_avx512_decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+void MK_AVX512_DECODE_NAME(decode_pv)(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                          const void *v, mk_dtype vt, ptrdiff_t ldv,
                          const void *const *v_rows, const float *vs,
                          ptrdiff_t vs_ld, int64_t dv, const float *alpha,

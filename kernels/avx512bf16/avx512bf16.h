@@ -1,11 +1,12 @@
 /* The AVX512-BF16 kernels: the bf16 compute slots table.c adds to the
- * avx512 table. Not installed; no ISA types here. */
+ * avx512 table, and its decode kernels (avx512's built with VBMI). Not installed; no ISA types here. */
 #ifndef MK_AVX512BF16_H
 #define MK_AVX512BF16_H
 
 #include "table_init.h"
 
 MK_DECLARE_BF16(avx512bf16, 12x32);
+MK_DECLARE_DECODE(avx512bf16);
 mk_softmax_update_fn mk_avx512bf16_softmax_update;
 mk_normalize_fn mk_avx512bf16_normalize;
 
