@@ -34,11 +34,12 @@ static int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
  * head lie closer together than two positions (and V's too: a [B, L, H,
  * D] cache, packed, batched or paged in blocks of that order). Reading a
  * position's heads as one run is what that layout rewards; a [B, H, L, D]
- * cache (heads far apart) keeps one kv head per block. From the shape and
- * strides only. */
+ * cache (heads far apart) keeps one kv head per block, and so does a
+ * table whose kernels take mk_heads as calls per head (generic: 0.58-0.92x
+ * there). From the table, the shape and the strides only. */
 static int64_t kv_span(const mk_table *t, const mha_problem *p, int64_t group)
 {
-    if (p->kv_heads < 2 || group > MK_DECODE_ROWS ||
+    if (!t->decode_heads || p->kv_heads < 2 || group > MK_DECODE_ROWS ||
         p->k_sh <= 0 || p->k_sh >= p->k_ss || p->v_sh <= 0 ||
         p->v_sh >= p->v_ss)
         return 1;

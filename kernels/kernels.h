@@ -375,6 +375,11 @@ typedef struct mk_table {
      * a multiple of the packing panel. */
     int64_t block_q;
     int64_t block_k;
+    /* 1: the decode kernels read across kv heads key by key (mk_heads),
+     * and the engine spans decode blocks across kv heads where the layout
+     * allows; 0: they take mk_heads as calls per head (correct, measured
+     * slower for the engine to use: docs/design.md). */
+    int decode_heads;
 
     mk_packed_floats_fn *packed_floats;
     mk_pack_fn *pack;

@@ -14,6 +14,7 @@ void mk_init_avx2(mk_table *t)
     t->block_k = 256;
     MK_SET_PREFILL(t, avx2, 6x16);
     MK_SET_DECODE(t, avx2);
+    t->decode_heads = 1;
     MK_SET_WIDEN(t, avx2);
     MK_SET_PEAK(t, avx2);
 }
