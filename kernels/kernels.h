@@ -250,6 +250,22 @@ typedef void mk_decode_pv_fn(const float *p, ptrdiff_t ldp, int64_t m,
                              const float *alpha, float *o, ptrdiff_t ldo,
                              const mk_heads *heads);
 
+/* Across kv heads through a row table (a paged cache): positions whose
+ * run of heads a kernel fetches ahead, for the jumps between cache blocks
+ * (a dense cache's runs are sequential and need none; 8, 16 and 32
+ * measured: docs/benchmarks.md). */
+#define MK_HEADS_AHEAD 16
+
+/* Bytes of the run of kv heads one position of a block across heads
+ * covers: m rows of h->group per head, rows of width elements of es
+ * bytes. */
+static inline size_t mk_heads_bytes(int64_t m, const mk_heads *h,
+                                    int64_t width, size_t es)
+{
+    return (size_t)(((m + h->group - 1) / h->group - 1) * h->ld + width) *
+           es;
+}
+
 /* A decode call across kv heads as calls per kv head (heads given): what
  * a table without its own across-heads loop does (generic, NEON). With a
  * row table (head 0's rows), one call per key and kv head; the kernel

@@ -40,19 +40,6 @@
  * distance, docs/design.md). */
 enum { AHEAD = 32 };
 
-/* Across kv heads through a row table (a paged cache): positions whose
- * heads' run is fetched ahead into L2, for the jumps between cache blocks
- * (a dense cache's runs are sequential and need none). */
-enum { HEADS_AHEAD = 16 };
-
-/* Bytes of the run of kv heads one position of a block across heads
- * covers: m rows of h->group per head. */
-INLINE size_t heads_bytes(int64_t m, const mk_heads *h, int64_t width,
-                          size_t es)
-{
-    return (size_t)(((m + h->group - 1) / h->group - 1) * h->ld + width) * es;
-}
-
 /* Every cache line of a row of row_bytes bytes, into L2. Kept
  * always_inline beside its loops: a shared static inline helper compiled
  * to half the prefetches and halved [B, L, H, D] decode
@@ -259,8 +246,9 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(k, ldk, k_rows, es, j);
         if (h) { /* key j of every kv head: one run (ahead only paged) */
-            if (k_rows && j + HEADS_AHEAD < n)
-                prefetch_row(k_rows[j + HEADS_AHEAD], heads_bytes(m, h, d, es));
+            if (k_rows && j + MK_HEADS_AHEAD < n)
+                prefetch_row(k_rows[j + MK_HEADS_AHEAD],
+                             mk_heads_bytes(m, h, d, es));
             for (int64_t g = 0, i = 0; i < m; g++, i += h->group)
                 rows_dot(q + i * ldq, ldq,
                          m - i < h->group ? m - i : h->group,
@@ -346,8 +334,9 @@ INLINE void decode_pv_heads(const float *p, ptrdiff_t ldp, int64_t m,
     const __mmask16 tail = lanes(dv - full);
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(v, ldv, v_rows, es, j);
-        if (v_rows && j + HEADS_AHEAD < n)
-            prefetch_row(v_rows[j + HEADS_AHEAD], heads_bytes(m, h, dv, es));
+        if (v_rows && j + MK_HEADS_AHEAD < n)
+            prefetch_row(v_rows[j + MK_HEADS_AHEAD],
+                         mk_heads_bytes(m, h, dv, es));
         for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += h->group) {
             const char *rg = row + (size_t)(g * h->ld) * es;
             const int64_t i1 = m - i0 < h->group ? m : i0 + h->group;
