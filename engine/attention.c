@@ -18,9 +18,9 @@ static mha_scratch thread_scratch(const mha_plan *pl, float *base, int tid)
                      f + l->l,  f + l->alpha, f + l->l2, f + l->kw,
                      f + l->vw, f + l->qw, f + l->ow, NULL, NULL, NULL, NULL,
                      NULL};
-    /* Row tables of decode_key_block pointers each, then the scales
-     * (rt_scales floats each). */
-    int64_t n = pl->decode_key_block;
+    /* Row tables of rt_rows pointers each, then the scales (rt_scales
+     * floats each). */
+    int64_t n = pl->rt_rows;
     s.k_rows = (const void **)(f + l->rt);
     s.v_rows = s.k_rows + n;
     s.k_scales = (float *)(s.v_rows + n);

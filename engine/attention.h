@@ -63,6 +63,7 @@ struct mha_plan {
     int64_t group;      /* query heads per kv head */
     int64_t units;      /* over the sequences: heads x row_blocks */
     int64_t decode_key_block; /* keys per block of the decode stream */
+    int64_t rt_rows;    /* paged decode: entries per row table */
     int64_t rt_scales;  /* paged decode: floats per row-scale table */
     int64_t items;      /* over the sequences: units x chunks */
     int64_t part_floats; /* split partials of every split sequence */

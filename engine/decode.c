@@ -22,7 +22,7 @@ typedef struct {
 
 static kv_rows rows_of(const mha_problem *p, const mha_row_block *rb,
                        const mha_scratch *sc, int value, int64_t k0,
-                       int64_t nk)
+                       int64_t nk, int64_t *more)
 {
     size_t es = mha_dtype_size(value ? p->v_dtype : p->k_dtype);
     int64_t stride = value ? p->v_ss : p->k_ss;
@@ -30,8 +30,18 @@ static kv_rows rows_of(const mha_problem *p, const mha_row_block *rb,
     const float *head_scales = value ? rb->vs : rb->ks;
     kv_rows kv = {(value ? rb->v : rb->k) + (size_t)(k0 * stride) * es, NULL,
                   head_scales ? head_scales + k0 * sss : NULL, sss};
+    *more = 0;
     if (!rb->pages)
         return kv;
+    /* Across kv heads the table runs on through the next MK_HEADS_AHEAD
+     * keys the row block reads (mk_heads.more): the kernel's prefetch
+     * then crosses into the next call's cache blocks, which would
+     * otherwise start unfetched every SPAN_KEYS keys. */
+    if (rb->kv_group) {
+        int64_t left = rb->key_end - (k0 + nk);
+        *more = left < MK_HEADS_AHEAD ? (left > 0 ? left : 0)
+                                      : MK_HEADS_AHEAD;
+    }
     const void **rows = value ? sc->v_rows : sc->k_rows;
     float *scale = value ? sc->v_scales : sc->k_scales;
     const float *sr = NULL;
@@ -39,13 +49,16 @@ static kv_rows rows_of(const mha_problem *p, const mha_row_block *rb,
     int64_t g = rb->kv_group ? (rb->rows + rb->kv_group - 1) / rb->kv_group
                              : 1;
     ptrdiff_t hs = value ? rb->vs_hs : rb->ks_hs;
-    for (int64_t j = 0, run; j < nk; j += run) {
+    for (int64_t j = 0, run; j < nk + *more; j += run) {
         const char *x;
-        run = mha_kv_run(p, rb, value, k0 + j, nk - j, &x, &sr);
+        const float *xs;
+        run = mha_kv_run(p, rb, value, k0 + j, nk + *more - j, &x, &xs);
+        if (j < nk)
+            sr = xs;
         for (int64_t r = 0; r < run; r++) {
             rows[j + r] = x + (size_t)(r * stride) * es;
-            for (int64_t h = 0; sr && h < g; h++)
-                scale[(j + r) * g + h] = sr[r * sss + h * hs];
+            for (int64_t h = 0; xs && j + r < nk && h < g; h++)
+                scale[(j + r) * g + h] = xs[r * sss + h * hs];
         }
     }
     kv.rows = rows;
@@ -61,8 +74,9 @@ void mha_decode_scores(const mk_table *t, const mha_problem *p,
 {
     (void)pl;
     mk_mask mk = mha_block_mask(rb, k0, nk);
-    kv_rows k = rows_of(p, rb, sc, 0, k0, nk);
-    mk_heads heads = {rb->kv_group, rb->k_hs, k.rows ? 1 : rb->ks_hs};
+    int64_t more;
+    kv_rows k = rows_of(p, rb, sc, 0, k0, nk, &more);
+    mk_heads heads = {rb->kv_group, rb->k_hs, k.rows ? 1 : rb->ks_hs, more};
     t->decode_qk(rb->q, rb->ldq, rb->rows, k.first, (mk_dtype)p->k_dtype,
                  p->k_ss, k.rows, k.scales, k.scales_ld, nk, p->d, sc->s,
                  rb->key_block, rb->kv_group ? &heads : NULL);
@@ -79,8 +93,9 @@ void mha_decode_step(const mk_table *t, const mha_problem *p,
     mha_decode_scores(t, p, pl, rb, sc, m, k0, nk, rb->w ? sc->l2 : l);
     if (rb->w)
         t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, rb->w_ld);
-    kv_rows v = rows_of(p, rb, sc, 1, k0, nk);
-    mk_heads heads = {rb->kv_group, rb->v_hs, v.rows ? 1 : rb->vs_hs};
+    int64_t more;
+    kv_rows v = rows_of(p, rb, sc, 1, k0, nk, &more);
+    mk_heads heads = {rb->kv_group, rb->v_hs, v.rows ? 1 : rb->vs_hs, more};
     t->decode_pv(sc->s, bk, rb->rows, nk, v.first, (mk_dtype)p->v_dtype,
                  p->v_ss, v.rows, v.scales, v.scales_ld, p->dv, sc->alpha, o,
                  p->dv, rb->kv_group ? &heads : NULL);

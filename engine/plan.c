@@ -159,6 +159,11 @@ static int cut_work(const mk_table *t, const mha_problem *p, mha_plan *pl)
     pl->rt_scales = pl->decode_key_block;
     if (span > 1 && SPAN_KEYS * span > pl->rt_scales)
         pl->rt_scales = SPAN_KEYS * span;
+    /* A spanning block's row table runs MK_HEADS_AHEAD keys past its
+     * own (decode.c, rows_of). */
+    pl->rt_rows = pl->decode_key_block;
+    if (span > 1 && SPAN_KEYS + MK_HEADS_AHEAD > pl->rt_rows)
+        pl->rt_rows = SPAN_KEYS + MK_HEADS_AHEAD;
     return 1;
 }
 
@@ -237,7 +242,7 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
     int64_t part[12] = {0};
     enum { S, KP, O, M, L, ALPHA, L2, KW, VW, RT, QW, OW };
     if (paged && pl->any_decode)
-        part[RT] = pl->decode_key_block *
+        part[RT] = pl->rt_rows *
                        (int64_t)(2 * sizeof(void *) / sizeof(float)) +
                    2 * pl->rt_scales;
     /* Decode blocks of <= MK_DECODE_ROWS rows and decode_key_block keys

@@ -223,7 +223,8 @@ typedef void mk_normalize_fn(const float *o, ptrdiff_t ldo, int64_t m,
  * broadcasts one scale), and ks is NULL and sk_j = 1 (no multiply) when it
  * is not. A kernel may compute on the codes times a power of two and undo
  * it in the row's factor: the rounding is that of the formula. Both may
- * prefetch rows they will read later, never past row n - 1.
+ * prefetch rows they will read later, never past row n - 1 (the row
+ * table's last, n + more - 1, with heads given).
  *
  * heads NULL: every row reads the same K (V) rows, m <= MK_DECODE_ROWS.
  * Otherwise the rows span kv heads (docs/design.md, "Decode across
@@ -233,10 +234,14 @@ typedef void mk_normalize_fn(const float *o, ptrdiff_t ldo, int64_t m,
  * head 0's rows. The
  * kernels then read key by key across the heads (a [B, L, H, D]
  * position's heads are one contiguous run) and every value is the same,
- * bit for bit, as with one call per kv head. */
+ * bit for bit, as with one call per kv head. With a row table, `more`
+ * entries past row n - 1 name the rows the caller reads next: a kernel
+ * may prefetch them (never read them), so the fetch ahead runs on across
+ * calls instead of restarting at each call's first rows; 0 otherwise. */
 typedef struct {
     int64_t group;
     ptrdiff_t ld, scale_ld;
+    int64_t more;
 } mk_heads;
 typedef void mk_decode_qk_fn(const float *q, ptrdiff_t ldq, int64_t m,
                              const void *k, mk_dtype kt, ptrdiff_t ldk,
@@ -252,9 +257,11 @@ typedef void mk_decode_pv_fn(const float *p, ptrdiff_t ldp, int64_t m,
 
 /* Across kv heads through a row table (a paged cache): positions whose
  * run of heads a kernel fetches ahead, for the jumps between cache blocks
- * (a dense cache's runs are sequential and need none; 8, 16 and 32
+ * (a dense cache's runs are sequential and need none), and the row
+ * table's entries past a call's keys (mk_heads.more). 16 with the fetch
+ * restarting at each call; 8 once it runs on across calls (4, 8 and 16
  * measured: docs/benchmarks.md). */
-#define MK_HEADS_AHEAD 16
+#define MK_HEADS_AHEAD 8
 
 /* Bytes of the run of kv heads one position of a block across heads
  * covers: m rows of h->group per head, rows of width elements of es

@@ -491,7 +491,7 @@ static void decode_heads_same(const same_ctx *cx, test_rng *r, int64_t group)
     float *s_one = test_alloc((size_t)(m * n) * sizeof *s_one);
     float *o_all = test_alloc(no * sizeof *o_all);
     float *o_one = test_alloc(no * sizeof *o_one);
-    mk_heads h = {group, hld, 1};
+    mk_heads h = {group, hld, 1, 0};
     cx->tb->decode_qk(q, ldq, m, kv, cx->t, ld, NULL, sc, G, n, w, s_all, n,
                       &h);
     memcpy(o_all, o0, no * sizeof *o0);
@@ -520,16 +520,25 @@ static void decode_heads_same(const same_ctx *cx, test_rng *r, int64_t group)
     expect_same_rows(cx, how, o_all, o_one, m, 0, w, ldo, "in a call per head");
 
     /* Through a row table (head 0's rows, in a shuffled order; a paged
-     * cache), against calls per head through per-head tables. */
-    const void **tab = test_alloc((size_t)n * sizeof *tab);
+     * cache), against calls per head through per-head tables. The table
+     * runs `more` entries past row n - 1, rows of 0x7F bytes (a NaN or a
+     * value far off in every dtype): prefetch hints, which must not
+     * change a value. */
+    enum { MORE = 2 * MK_HEADS_AHEAD };
+    const void **tab = test_alloc((size_t)(n + MORE) * sizeof *tab);
     const void **htab = test_alloc((size_t)n * sizeof *htab);
     float *tsc = sc ? test_alloc((size_t)(n * G) * sizeof *tsc) : NULL;
+    char *junk = test_alloc((size_t)(MORE * ld) * es);
+    memset(junk, 0x7F, (size_t)(MORE * ld) * es);
     for (int64_t j = 0; j < n; j++) {
         int64_t at = (j * 29 + 11) % n; /* 29 and 70 coprime */
         tab[j] = kv + (size_t)(at * ld) * es;
         for (int64_t g = 0; tsc && g < G; g++)
             tsc[j * G + g] = sc[at * G + g];
     }
+    for (int64_t j = 0; j < MORE; j++)
+        tab[n + j] = junk + (size_t)(j * ld) * es;
+    h.more = MORE;
     cx->tb->decode_qk(q, ldq, m, NULL, cx->t, 0, tab, tsc, G, n, w, s_all, n,
                       &h);
     memcpy(o_all, o0, no * sizeof *o0);
@@ -558,7 +567,7 @@ static void decode_heads_same(const same_ctx *cx, test_rng *r, int64_t group)
                     (double)s_one[i * n + j]);
     expect_same_rows(cx, how, o_all, o_one, m, 0, w, ldo,
                      "in a call per head, through row tables");
-    free(tab), free(htab), free(tsc);
+    free(tab), free(htab), free(tsc), free(junk);
     free(q), free(sc), free(kv), free(p), free(alpha), free(o0);
     free(s_all), free(s_one), free(o_all), free(o_one);
 }

@@ -37,6 +37,17 @@ INLINE void prefetch_row(const char *row, size_t row_bytes)
     _mm_prefetch(row + row_bytes - 1, _MM_HINT_T1);
 }
 
+/* The run of kv heads of a position MK_HEADS_AHEAD positions on, into
+ * L1: runs 8 positions ahead (32 KiB of fp32 at d = 128, 8 kv heads) fit
+ * it, and paged fp32 decode measured 1.15-1.25x with T0 over T1 (16
+ * ahead; the avx512 kernels' 16-bit runs gained nothing from T0:
+ * docs/benchmarks.md). */
+INLINE void prefetch_run(const char *run, size_t run_bytes)
+{
+    for (size_t off = 0; off < run_bytes; off += 64)
+        _mm_prefetch(run + off, _MM_HINT_T0);
+}
+
 /* E4M3 codes (sign-extended to 16 bits) as the binary16 of their value
  * times 2^-8: shifted left by 7 the exponent and mantissa land in a
  * binary16's (the exponent field's top bit cleared, the sign at bit 15),
@@ -175,8 +186,8 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
         if (h) {
             /* Key j of every kv head, one contiguous run in [B, L, H, D]:
              * the hardware prefetchers follow it within a dense cache. */
-            if (k_rows && j + MK_HEADS_AHEAD < n)
-                prefetch_row(k_rows[j + MK_HEADS_AHEAD],
+            if (k_rows && j + MK_HEADS_AHEAD < n + h->more)
+                prefetch_run(k_rows[j + MK_HEADS_AHEAD],
                              mk_heads_bytes(m, h, d, es));
             for (int64_t g = 0, i = 0; i < m; g++, i += h->group)
                 rows_dot(q + i * ldq, ldq,
@@ -231,8 +242,8 @@ INLINE void decode_pv_heads(const float *p, ptrdiff_t ldp, int64_t m,
     const __m256i tail = lanes(dv - full);
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(v, ldv, v_rows, es, j);
-        if (v_rows && j + MK_HEADS_AHEAD < n)
-            prefetch_row(v_rows[j + MK_HEADS_AHEAD],
+        if (v_rows && j + MK_HEADS_AHEAD < n + h->more)
+            prefetch_run(v_rows[j + MK_HEADS_AHEAD],
                          mk_heads_bytes(m, h, dv, es));
         for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += h->group) {
             const char *rg = row + (size_t)(g * h->ld) * es;

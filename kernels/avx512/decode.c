@@ -246,7 +246,7 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(k, ldk, k_rows, es, j);
         if (h) { /* key j of every kv head: one run (ahead only paged) */
-            if (k_rows && j + MK_HEADS_AHEAD < n)
+            if (k_rows && j + MK_HEADS_AHEAD < n + h->more)
                 prefetch_row(k_rows[j + MK_HEADS_AHEAD],
                              mk_heads_bytes(m, h, d, es));
             for (int64_t g = 0, i = 0; i < m; g++, i += h->group)
@@ -334,7 +334,7 @@ INLINE void decode_pv_heads(const float *p, ptrdiff_t ldp, int64_t m,
     const __mmask16 tail = lanes(dv - full);
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(v, ldv, v_rows, es, j);
-        if (v_rows && j + MK_HEADS_AHEAD < n)
+        if (v_rows && j + MK_HEADS_AHEAD < n + h->more)
             prefetch_row(v_rows[j + MK_HEADS_AHEAD],
                          mk_heads_bytes(m, h, dv, es));
         for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += h->group) {
