@@ -236,6 +236,37 @@ INLINE void rows_dot(const float *q, ptrdiff_t ldq, int64_t m,
     }
 }
 
+/* decode_qk across kv heads (h given), G = h->group when G > 0 (a
+ * constant: no per-head dispatch), else any group: key by key, each key's
+ * run of heads in address order (the prefetch ahead only through a row
+ * table, a paged cache). */
+INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
+                            int64_t m, const void *k, mk_dtype t,
+                            ptrdiff_t ldk, const void *const *k_rows,
+                            const float *ks, ptrdiff_t ks_ld, int64_t n,
+                            int64_t d, float *s, ptrdiff_t lds,
+                            const mk_heads *h)
+{
+    const size_t es = mk_dtype_size(t);
+    const int64_t group = G > 0 ? G : h->group;
+    const size_t hb = (size_t)h->ld * es, run = mk_heads_bytes(m, h, d, es);
+    for (int64_t j = 0; j < n; j++) {
+        const char *row = mk_decode_row(k, ldk, k_rows, es, j);
+        if (k_rows && j + MK_HEADS_AHEAD < n + h->more)
+            prefetch_row(k_rows[j + MK_HEADS_AHEAD], run);
+        const float *sj = mk_dtype_scaled(t) ? ks + j * ks_ld : NULL;
+        int64_t g = 0, i = 0;
+        for (; G > 0 && i + G <= m; g++, i += G)
+            dot_rows(G, q + i * ldq, ldq, row + g * hb, t,
+                     sj ? sj[g * h->scale_ld] : 1.0f, d, s + i * lds + j,
+                     lds);
+        for (; i < m; g++, i += group)
+            rows_dot(q + i * ldq, ldq, m - i < group ? m - i : group,
+                     row + g * hb, t, sj ? sj[g * h->scale_ld] : 1.0f, d,
+                     s + i * lds + j, lds);
+    }
+}
+
 INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                       const void *k, mk_dtype t, ptrdiff_t ldk,
                       const void *const *k_rows, const float *ks,
@@ -243,21 +274,22 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                       ptrdiff_t lds, const mk_heads *h)
 {
     const size_t es = mk_dtype_size(t), row_bytes = (size_t)d * es;
+    if (h) {
+#define QK_HEADS(G)                                                       \
+    decode_qk_heads(G, q, ldq, m, k, t, ldk, k_rows, ks, ks_ld, n, d, s,  \
+                    lds, h)
+        switch (h->group) {
+        case 1: QK_HEADS(1); break;
+        case 2: QK_HEADS(2); break;
+        case 4: QK_HEADS(4); break;
+        case 8: QK_HEADS(8); break;
+        default: QK_HEADS(0); break;
+        }
+#undef QK_HEADS
+        return;
+    }
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(k, ldk, k_rows, es, j);
-        if (h) { /* key j of every kv head: one run (ahead only paged) */
-            if (k_rows && j + MK_HEADS_AHEAD < n + h->more)
-                prefetch_row(k_rows[j + MK_HEADS_AHEAD],
-                             mk_heads_bytes(m, h, d, es));
-            for (int64_t g = 0, i = 0; i < m; g++, i += h->group)
-                rows_dot(q + i * ldq, ldq,
-                         m - i < h->group ? m - i : h->group,
-                         row + (size_t)(g * h->ld) * es, t,
-                         mk_dtype_scaled(t) ? ks[j * ks_ld + g * h->scale_ld]
-                                            : 1.0f,
-                         d, s + i * lds + j, lds);
-            continue;
-        }
         const float sc = mk_dtype_scaled(t) ? ks[j * ks_ld] : 1.0f;
         if (j + AHEAD < n)
             prefetch_row(mk_decode_row(k, ldk, k_rows, es, j + AHEAD),
@@ -322,24 +354,25 @@ INLINE void pv_chunk(int64_t m, int64_t nj, const float pk[][KEYS],
  * heads in address order; per output element the same FMAs in the same
  * key order as one call per head. (Taking 4 or 8 keys per head at a time,
  * the output chunk in a register across them, measured level.) */
-INLINE void decode_pv_heads(const float *p, ptrdiff_t ldp, int64_t m,
-                            int64_t n, const void *v, mk_dtype t,
+INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
+                            int64_t m, int64_t n, const void *v, mk_dtype t,
                             ptrdiff_t ldv, const void *const *v_rows,
                             const float *vs, ptrdiff_t vs_ld,
                             int64_t dv, float *o, ptrdiff_t ldo,
                             const mk_heads *h)
 {
     const size_t es = mk_dtype_size(t);
-    const int64_t full = dv / 16 * 16;
+    const int64_t full = dv / 16 * 16, group = G > 0 ? G : h->group;
     const __mmask16 tail = lanes(dv - full);
+    const size_t hb = (size_t)h->ld * es, run = mk_heads_bytes(m, h, dv, es);
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(v, ldv, v_rows, es, j);
         if (v_rows && j + MK_HEADS_AHEAD < n + h->more)
-            prefetch_row(v_rows[j + MK_HEADS_AHEAD],
-                         mk_heads_bytes(m, h, dv, es));
-        for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += h->group) {
-            const char *rg = row + (size_t)(g * h->ld) * es;
-            const int64_t i1 = m - i0 < h->group ? m : i0 + h->group;
+            prefetch_row(v_rows[j + MK_HEADS_AHEAD], run);
+        for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += group) {
+            const char *rg = row + g * hb;
+            /* A constant G rows but in a short last head. */
+            const int64_t i1 = m - i0 < group ? m : i0 + group;
             float pk[MK_DECODE_ROWS][KEYS];
             for (int64_t i = i0; i < i1; i++)
                 pk[i - i0][0] = mk_dtype_scaled(t)
@@ -348,11 +381,18 @@ INLINE void decode_pv_heads(const float *p, ptrdiff_t ldp, int64_t m,
                                           code_factor(t)
                                     : p[i * ldp + j];
             __m512 x;
-            for (int64_t c = 0; c < full; c += 16) {
-                x = load16(rg, t, c, 1, 0);
-                pv_chunk(i1 - i0, 1, (const float(*)[KEYS])pk, &x,
-                         o + i0 * ldo, ldo, c, 1, 0);
-            }
+            if (G > 0 && i1 - i0 == G) /* G rows: the row loop unrolled */
+                for (int64_t c = 0; c < full; c += 16) {
+                    x = load16(rg, t, c, 1, 0);
+                    pv_chunk(G, 1, (const float(*)[KEYS])pk, &x,
+                             o + i0 * ldo, ldo, c, 1, 0);
+                }
+            else
+                for (int64_t c = 0; c < full; c += 16) {
+                    x = load16(rg, t, c, 1, 0);
+                    pv_chunk(i1 - i0, 1, (const float(*)[KEYS])pk, &x,
+                             o + i0 * ldo, ldo, c, 1, 0);
+                }
             if (tail) {
                 x = load16(rg, t, full, 0, tail);
                 pv_chunk(i1 - i0, 1, (const float(*)[KEYS])pk, &x,
@@ -382,8 +422,17 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                 _mm512_mul_ps(a, _mm512_maskz_loadu_ps(tail, oi + full)));
     }
     if (h) {
-        decode_pv_heads(p, ldp, m, n, v, t, ldv, v_rows, vs, vs_ld, dv, o,
-                        ldo, h);
+#define PV_HEADS(G)                                                       \
+    decode_pv_heads(G, p, ldp, m, n, v, t, ldv, v_rows, vs, vs_ld, dv, o, \
+                    ldo, h)
+        switch (h->group) {
+        case 1: PV_HEADS(1); break;
+        case 2: PV_HEADS(2); break;
+        case 4: PV_HEADS(4); break;
+        case 8: PV_HEADS(8); break;
+        default: PV_HEADS(0); break;
+        }
+#undef PV_HEADS
         return;
     }
     for (int64_t j0 = 0; j0 < n; j0 += KEYS) {
