@@ -263,6 +263,19 @@ typedef void mk_decode_pv_fn(const float *p, ptrdiff_t ldp, int64_t m,
  * measured: docs/benchmarks.md). */
 #define MK_HEADS_AHEAD 8
 
+/* CALL(G) with a decode block's rows per kv head as a constant for the
+ * common groups (1, 2, 4, 8), CALL(0) for any other: a kernel's loop
+ * across kv heads then unrolls each head's rows instead of dispatching on
+ * the count per head (measured: docs/benchmarks.md). */
+#define MK_HEADS_GROUP_SWITCH(group, CALL)                                \
+    switch (group) {                                                      \
+    case 1: CALL(1); break;                                               \
+    case 2: CALL(2); break;                                               \
+    case 4: CALL(4); break;                                               \
+    case 8: CALL(8); break;                                               \
+    default: CALL(0); break;                                              \
+    }
+
 /* Bytes of the run of kv heads one position of a block across heads
  * covers: m rows of h->group per head, rows of width elements of es
  * bytes. */

@@ -278,13 +278,7 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
 #define QK_HEADS(G)                                                       \
     decode_qk_heads(G, q, ldq, m, k, t, ldk, k_rows, ks, ks_ld, n, d, s,  \
                     lds, h)
-        switch (h->group) {
-        case 1: QK_HEADS(1); break;
-        case 2: QK_HEADS(2); break;
-        case 4: QK_HEADS(4); break;
-        case 8: QK_HEADS(8); break;
-        default: QK_HEADS(0); break;
-        }
+        MK_HEADS_GROUP_SWITCH(h->group, QK_HEADS)
 #undef QK_HEADS
         return;
     }
@@ -425,13 +419,7 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
 #define PV_HEADS(G)                                                       \
     decode_pv_heads(G, p, ldp, m, n, v, t, ldv, v_rows, vs, vs_ld, dv, o, \
                     ldo, h)
-        switch (h->group) {
-        case 1: PV_HEADS(1); break;
-        case 2: PV_HEADS(2); break;
-        case 4: PV_HEADS(4); break;
-        case 8: PV_HEADS(8); break;
-        default: PV_HEADS(0); break;
-        }
+        MK_HEADS_GROUP_SWITCH(h->group, PV_HEADS)
 #undef PV_HEADS
         return;
     }
