@@ -174,37 +174,33 @@ INLINE void rows_dot(const float *q, ptrdiff_t ldq, int64_t m,
     }
 }
 
-/* decode_qk across kv heads (h given), G = h->group when G > 0 (a
- * constant: a head's rows unrolled, MK_HEADS_GROUP_SWITCH), else any
- * group: key by key, key j of every kv head one contiguous run in [B, L,
- * H, D] (the hardware prefetchers follow it within a dense cache; the
- * fetch ahead is for a row table's jumps). */
-INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
-                            int64_t m, const void *k, mk_dtype t,
-                            ptrdiff_t ldk, const void *const *k_rows,
-                            const float *ks, ptrdiff_t ks_ld, int64_t n,
-                            int64_t d, float *s, ptrdiff_t lds,
-                            const mk_heads *h)
+/* o rows i < R += pk[i] times value row rg (dv wide), one FMA per
+ * element. */
+INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
+                    int64_t dv, float *o, ptrdiff_t ldo)
 {
-    const size_t es = mk_dtype_size(t);
-    const int64_t group = G > 0 ? G : h->group;
-    const size_t hb = (size_t)h->ld * es, run = mk_heads_bytes(m, h, d, es);
-    for (int64_t j = 0; j < n; j++) {
-        const char *row = mk_decode_row(k, ldk, k_rows, es, j);
-        if (k_rows && j + MK_HEADS_AHEAD < n + h->more)
-            prefetch_run(k_rows[j + MK_HEADS_AHEAD], run);
-        const float *sj = mk_dtype_scaled(t) ? ks + j * ks_ld : NULL;
-        int64_t g = 0, i = 0;
-        for (; G > 0 && i + G <= m; g++, i += G)
-            rows_dot(q + i * ldq, ldq, G, row + g * hb, t,
-                     sj ? sj[g * h->scale_ld] : 1.0f, d, s + i * lds + j,
-                     lds);
-        for (; i < m; g++, i += group)
-            rows_dot(q + i * ldq, ldq, m - i < group ? m - i : group,
-                     row + g * hb, t, sj ? sj[g * h->scale_ld] : 1.0f, d,
-                     s + i * lds + j, lds);
+    const int64_t full = dv / 8 * 8;
+    for (int64_t c = 0; c < full; c += 8) {
+        __m256 x = load8(rg, t, c);
+        for (int64_t i = 0; i < R; i++) {
+            float *oi = o + i * ldo + c;
+            _mm256_storeu_ps(oi, _mm256_fmadd_ps(_mm256_set1_ps(pk[i]), x,
+                                                 _mm256_loadu_ps(oi)));
+        }
+    }
+    if (full < dv) {
+        const __m256i tail = lanes(dv - full);
+        __m256 x = load_tail(rg, t, full, dv - full);
+        for (int64_t i = 0; i < R; i++) {
+            float *oi = o + i * ldo + full;
+            _mm256_maskstore_ps(oi, tail,
+                                _mm256_fmadd_ps(_mm256_set1_ps(pk[i]), x,
+                                                _mm256_maskload_ps(oi, tail)));
+        }
     }
 }
+
+#include "decode_heads.h"
 
 INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                       const void *k, mk_dtype t, ptrdiff_t ldk,
@@ -251,66 +247,6 @@ void mk_avx2_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
 /* Keys per step of decode_pv: their rows (and prefetches) are issued
  * together while each output chunk stays in a register. */
 enum { KEYS = 8 };
-
-/* decode_pv across kv heads (h given): key by key, each key's run of
- * heads in address order; per output element the same FMAs in the same
- * key order as one call per head. */
-/* o rows i < R += pk[i] times value row rg (dv wide), one FMA per
- * element. */
-INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
-                    int64_t dv, float *o, ptrdiff_t ldo)
-{
-    const int64_t full = dv / 8 * 8;
-    for (int64_t c = 0; c < full; c += 8) {
-        __m256 x = load8(rg, t, c);
-        for (int64_t i = 0; i < R; i++) {
-            float *oi = o + i * ldo + c;
-            _mm256_storeu_ps(oi, _mm256_fmadd_ps(_mm256_set1_ps(pk[i]), x,
-                                                 _mm256_loadu_ps(oi)));
-        }
-    }
-    if (full < dv) {
-        const __m256i tail = lanes(dv - full);
-        __m256 x = load_tail(rg, t, full, dv - full);
-        for (int64_t i = 0; i < R; i++) {
-            float *oi = o + i * ldo + full;
-            _mm256_maskstore_ps(oi, tail,
-                                _mm256_fmadd_ps(_mm256_set1_ps(pk[i]), x,
-                                                _mm256_maskload_ps(oi, tail)));
-        }
-    }
-}
-
-INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
-                            int64_t m, int64_t n, const void *v, mk_dtype t,
-                            ptrdiff_t ldv, const void *const *v_rows,
-                            const float *vs, ptrdiff_t vs_ld,
-                            int64_t dv, float *o, ptrdiff_t ldo,
-                            const mk_heads *h)
-{
-    const size_t es = mk_dtype_size(t);
-    const int64_t group = G > 0 ? G : h->group;
-    const size_t hb = (size_t)h->ld * es, run = mk_heads_bytes(m, h, dv, es);
-    for (int64_t j = 0; j < n; j++) {
-        const char *row = mk_decode_row(v, ldv, v_rows, es, j);
-        if (v_rows && j + MK_HEADS_AHEAD < n + h->more)
-            prefetch_run(v_rows[j + MK_HEADS_AHEAD], run);
-        for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += group) {
-            const int64_t nr = m - i0 < group ? m - i0 : group;
-            float pk[MK_DECODE_ROWS] = {0}; /* (gcc cannot see nr == G) */
-            for (int64_t i = 0; i < nr; i++)
-                pk[i] = mk_dtype_scaled(t)
-                            ? p[(i0 + i) * ldp + j] *
-                                  vs[j * vs_ld + g * h->scale_ld] *
-                                  code_factor(t)
-                            : p[(i0 + i) * ldp + j];
-            if (G > 0 && nr == G) /* the row loops unrolled */
-                pv_rows(G, pk, row + g * hb, t, dv, o + i0 * ldo, ldo);
-            else
-                pv_rows(nr, pk, row + g * hb, t, dv, o + i0 * ldo, ldo);
-        }
-    }
-}
 
 INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                       const void *v, mk_dtype t, ptrdiff_t ldv,

@@ -236,36 +236,40 @@ INLINE void rows_dot(const float *q, ptrdiff_t ldq, int64_t m,
     }
 }
 
-/* decode_qk across kv heads (h given), G = h->group when G > 0 (a
- * constant: no per-head dispatch), else any group: key by key, each key's
- * run of heads in address order (the prefetch ahead only through a row
- * table, a paged cache). */
-INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
-                            int64_t m, const void *k, mk_dtype t,
-                            ptrdiff_t ldk, const void *const *k_rows,
-                            const float *ks, ptrdiff_t ks_ld, int64_t n,
-                            int64_t d, float *s, ptrdiff_t lds,
-                            const mk_heads *h)
+/* o rows i < R += pk[i] times value row rg (dv wide), one FMA per
+ * element (pv_chunk's for one key). */
+INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
+                    int64_t dv, float *o, ptrdiff_t ldo)
 {
-    const size_t es = mk_dtype_size(t);
-    const int64_t group = G > 0 ? G : h->group;
-    const size_t hb = (size_t)h->ld * es, run = mk_heads_bytes(m, h, d, es);
-    for (int64_t j = 0; j < n; j++) {
-        const char *row = mk_decode_row(k, ldk, k_rows, es, j);
-        if (k_rows && j + MK_HEADS_AHEAD < n + h->more)
-            prefetch_row(k_rows[j + MK_HEADS_AHEAD], run);
-        const float *sj = mk_dtype_scaled(t) ? ks + j * ks_ld : NULL;
-        int64_t g = 0, i = 0;
-        for (; G > 0 && i + G <= m; g++, i += G)
-            dot_rows(G, q + i * ldq, ldq, row + g * hb, t,
-                     sj ? sj[g * h->scale_ld] : 1.0f, d, s + i * lds + j,
-                     lds);
-        for (; i < m; g++, i += group)
-            rows_dot(q + i * ldq, ldq, m - i < group ? m - i : group,
-                     row + g * hb, t, sj ? sj[g * h->scale_ld] : 1.0f, d,
-                     s + i * lds + j, lds);
+    const int64_t full = dv / 16 * 16;
+    const __mmask16 tail = lanes(dv - full);
+    for (int64_t c = 0; c < full; c += 16) {
+        __m512 x = load16(rg, t, c, 1, 0);
+        for (int64_t i = 0; i < R; i++) {
+            float *oi = o + i * ldo + c;
+            _mm512_storeu_ps(oi, _mm512_fmadd_ps(_mm512_set1_ps(pk[i]), x,
+                                                 _mm512_loadu_ps(oi)));
+        }
+    }
+    if (tail) {
+        __m512 x = load16(rg, t, full, 0, tail);
+        for (int64_t i = 0; i < R; i++) {
+            float *oi = o + i * ldo + full;
+            _mm512_mask_storeu_ps(
+                oi, tail,
+                _mm512_fmadd_ps(_mm512_set1_ps(pk[i]), x,
+                                _mm512_maskz_loadu_ps(tail, oi)));
+        }
     }
 }
+
+/* The across-heads loops read a paged cache's runs ahead into L2. */
+INLINE void prefetch_run(const char *run, size_t run_bytes)
+{
+    prefetch_row(run, run_bytes);
+}
+
+#include "decode_heads.h"
 
 INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                       const void *k, mk_dtype t, ptrdiff_t ldk,
@@ -341,58 +345,6 @@ INLINE void pv_chunk(int64_t m, int64_t nj, const float pk[][KEYS],
             _mm512_storeu_ps(oi, acc);
         else
             _mm512_mask_storeu_ps(oi, k, acc);
-    }
-}
-
-/* decode_pv across kv heads (h given): key by key, each key's run of
- * heads in address order; per output element the same FMAs in the same
- * key order as one call per head. (Taking 4 or 8 keys per head at a time,
- * the output chunk in a register across them, measured level.) */
-INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
-                            int64_t m, int64_t n, const void *v, mk_dtype t,
-                            ptrdiff_t ldv, const void *const *v_rows,
-                            const float *vs, ptrdiff_t vs_ld,
-                            int64_t dv, float *o, ptrdiff_t ldo,
-                            const mk_heads *h)
-{
-    const size_t es = mk_dtype_size(t);
-    const int64_t full = dv / 16 * 16, group = G > 0 ? G : h->group;
-    const __mmask16 tail = lanes(dv - full);
-    const size_t hb = (size_t)h->ld * es, run = mk_heads_bytes(m, h, dv, es);
-    for (int64_t j = 0; j < n; j++) {
-        const char *row = mk_decode_row(v, ldv, v_rows, es, j);
-        if (v_rows && j + MK_HEADS_AHEAD < n + h->more)
-            prefetch_row(v_rows[j + MK_HEADS_AHEAD], run);
-        for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += group) {
-            const char *rg = row + g * hb;
-            /* A constant G rows but in a short last head. */
-            const int64_t i1 = m - i0 < group ? m : i0 + group;
-            float pk[MK_DECODE_ROWS][KEYS];
-            for (int64_t i = i0; i < i1; i++)
-                pk[i - i0][0] = mk_dtype_scaled(t)
-                                    ? p[i * ldp + j] *
-                                          vs[j * vs_ld + g * h->scale_ld] *
-                                          code_factor(t)
-                                    : p[i * ldp + j];
-            __m512 x;
-            if (G > 0 && i1 - i0 == G) /* G rows: the row loop unrolled */
-                for (int64_t c = 0; c < full; c += 16) {
-                    x = load16(rg, t, c, 1, 0);
-                    pv_chunk(G, 1, (const float(*)[KEYS])pk, &x,
-                             o + i0 * ldo, ldo, c, 1, 0);
-                }
-            else
-                for (int64_t c = 0; c < full; c += 16) {
-                    x = load16(rg, t, c, 1, 0);
-                    pv_chunk(i1 - i0, 1, (const float(*)[KEYS])pk, &x,
-                             o + i0 * ldo, ldo, c, 1, 0);
-                }
-            if (tail) {
-                x = load16(rg, t, full, 0, tail);
-                pv_chunk(i1 - i0, 1, (const float(*)[KEYS])pk, &x,
-                         o + i0 * ldo, ldo, full, 0, tail);
-            }
-        }
     }
 }
 

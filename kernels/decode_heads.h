@@ -1,0 +1,89 @@
+/*
+ * The decode loops across kv heads (docs/design.md, "Decode across
+ * heads"), written once over a decode file's primitives: key by key, each
+ * key's run of kv heads in address order (one contiguous run of a [B, L,
+ * H, D] position), G = h->group when G > 0 (a constant, so a head's rows
+ * unroll: MK_HEADS_GROUP_SWITCH), any group when G = 0. Per score and per
+ * output element the arithmetic is that of a call per kv head, bit for
+ * bit (the kernel contract in kernels.h).
+ *
+ * The including file defines, as static always-inline functions:
+ *   rows_dot(q, ldq, m, row, t, sc, d, s, lds)
+ *       s[i * lds] = q row i . key row (times sc when t is scaled), i < m
+ *   pv_rows(R, pk, row, t, dv, o, ldo)
+ *       o rows i < R += pk[i] times the value row, one FMA per element
+ *   prefetch_run(run, bytes)
+ *       fetch a run of bytes ahead (a row table's next cache blocks)
+ *   code_factor(t)
+ *       what its loads leave to undo per row (E4M3's 2^-8, or 1)
+ * and INLINE.
+ */
+#ifndef MK_DECODE_HEADS_H
+#define MK_DECODE_HEADS_H
+
+INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
+                            int64_t m, const void *k, mk_dtype t,
+                            ptrdiff_t ldk, const void *const *k_rows,
+                            const float *ks, ptrdiff_t ks_ld, int64_t n,
+                            int64_t d, float *s, ptrdiff_t lds,
+                            const mk_heads *h)
+{
+    const size_t es = mk_dtype_size(t);
+    const int64_t group = G > 0 ? G : h->group;
+    const size_t hb = (size_t)h->ld * es, run = mk_heads_bytes(m, h, d, es);
+    for (int64_t j = 0; j < n; j++) {
+        const char *row = mk_decode_row(k, ldk, k_rows, es, j);
+        /* A dense cache's runs are sequential: the hardware prefetchers
+         * follow them. */
+        if (k_rows && j + MK_HEADS_AHEAD < n + h->more)
+            prefetch_run(k_rows[j + MK_HEADS_AHEAD], run);
+        const float *sj = mk_dtype_scaled(t) ? ks + j * ks_ld : NULL;
+        int64_t g = 0, i = 0;
+        for (; G > 0 && i + G <= m; g++, i += G)
+            rows_dot(q + i * ldq, ldq, G, row + g * hb, t,
+                     sj ? sj[g * h->scale_ld] : 1.0f, d, s + i * lds + j,
+                     lds);
+        for (; i < m; g++, i += group)
+            rows_dot(q + i * ldq, ldq, m - i < group ? m - i : group,
+                     row + g * hb, t, sj ? sj[g * h->scale_ld] : 1.0f, d,
+                     s + i * lds + j, lds);
+    }
+}
+
+/* The output rows of every head in the caller's accumulator (alpha
+ * already applied), one FMA per key in key order. (Taking 4 or 8 keys per
+ * head at a time, the output chunk in a register across them, measured
+ * level or slower: docs/benchmarks.md.) */
+INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
+                            int64_t m, int64_t n, const void *v, mk_dtype t,
+                            ptrdiff_t ldv, const void *const *v_rows,
+                            const float *vs, ptrdiff_t vs_ld, int64_t dv,
+                            float *o, ptrdiff_t ldo, const mk_heads *h)
+{
+    const size_t es = mk_dtype_size(t);
+    const int64_t group = G > 0 ? G : h->group;
+    const size_t hb = (size_t)h->ld * es, run = mk_heads_bytes(m, h, dv, es);
+    for (int64_t j = 0; j < n; j++) {
+        const char *row = mk_decode_row(v, ldv, v_rows, es, j);
+        if (v_rows && j + MK_HEADS_AHEAD < n + h->more)
+            prefetch_run(v_rows[j + MK_HEADS_AHEAD], run);
+        for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += group) {
+            const int64_t nr = m - i0 < group ? m - i0 : group;
+            /* A scaled row's probability takes its scale (and the code
+             * factor, exact): one multiply per key and row. */
+            float pk[MK_DECODE_ROWS] = {0}; /* (gcc cannot see nr == G) */
+            for (int64_t i = 0; i < nr; i++)
+                pk[i] = mk_dtype_scaled(t)
+                            ? p[(i0 + i) * ldp + j] *
+                                  vs[j * vs_ld + g * h->scale_ld] *
+                                  code_factor(t)
+                            : p[(i0 + i) * ldp + j];
+            if (G > 0 && nr == G)
+                pv_rows(G, pk, row + g * hb, t, dv, o + i0 * ldo, ldo);
+            else
+                pv_rows(nr, pk, row + g * hb, t, dv, o + i0 * ldo, ldo);
+        }
+    }
+}
+
+#endif
