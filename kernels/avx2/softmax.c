@@ -49,9 +49,12 @@ MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y)
 /* exp for x <= 0 (the softmax's only arguments), inline: a call per 8
  * scores to SLEEF's 1-ulp exp was a tenth of prefill's instructions at
  * d = 64 and forced the sum into a pass of its own (docs/benchmarks.md,
- * "Where 1-thread AVX2 prefill goes"). x = n ln2 + r, |r| <= ln2 / 2, n
- * rounded to nearest; exp(r) by a degree-6 polynomial (Cephes' expf
- * coefficients, ~1 ulp on this range); 2^n added to the exponent bits.
+ * "Where 1-thread AVX2 prefill goes"). As 2^t, t = x log2(e) = n + f, n
+ * rounded to nearest, |f| <= 1/2 from one FMA (x L - n) plus x L_lo (L_lo
+ * = log2(e) - L); 2^f by a degree-6 polynomial (the avx512 table's: the
+ * whole exp within 1.2e-7 relative, ~1 ulp, on [-87, 0]; two
+ * instructions fewer than the Cody-Waite form with Cephes' coefficients);
+ * 2^n added to the exponent bits.
  * Below -87.33 (2^n no longer normal) the result is 0, as a probability
  * that small is in fp32 accumulation; -inf gives 0, NaN stays NaN. */
 MK_INLINE MK_V mk_v_exp(MK_V x)
@@ -60,16 +63,15 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
     MK_V xc = _mm256_max_ps(x, lo); /* NaN becomes lo; restored below */
     MK_V n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504f)),
                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    MK_V r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    MK_V p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    MK_V r2 = _mm256_mul_ps(r, r);
-    p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    MK_V f = _mm256_fmsub_ps(xc, _mm256_set1_ps(1.44269504f), n);
+    f = _mm256_fmadd_ps(xc, _mm256_set1_ps(1.925963034e-08f), f);
+    MK_V p = _mm256_set1_ps(1.533757750e-04f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339985989e-03f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618519805e-03f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550329015e-02f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264625e-01f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931471825e-01f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
     __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
     MK_V y = _mm256_castsi256_ps(
         _mm256_add_epi32(_mm256_castps_si256(p), e));

@@ -48,40 +48,43 @@ MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y)
 #define mk_v_fma _mm512_fmadd_ps
 /* VMAXPS returns its second operand when either is NaN. */
 #define mk_v_max _mm512_max_ps
-/* exp for x <= 0, inline: x = n ln2 + r, |r| <= ln2 / 2, n rounded to
- * nearest; exp(r) by a polynomial; times 2^n by VSCALEFPS, which also
- * takes the results below FLT_MIN down to subnormals and 0. x is clamped
- * at -110 first, where 2^n (n <= -159) makes 0: -inf gives 0. VMAXPS
- * returns its second operand when either is NaN, so the clamp keeps a NaN,
- * and NaN stays NaN. A call per 16 scores to SLEEF's exp was 8% of bf16
- * prefill's time and 4-5% of fp32's (docs/benchmarks.md).
- * The polynomial: Cephes' degree-6 expf coefficients (as the avx2 table's,
- * ~1 ulp), or with MK_AVX512_EXP_BF16 (the bf16 table's step, whose P is
- * rounded to bf16, 2^-9 relative, before it multiplies) a degree-4 fit of
- * exp on [-ln2/2, ln2/2], 2.7e-6 relative: two FMAs fewer a vector. */
+/* exp for x <= 0, inline, as 2^t with t = x log2(e) = n + f, n rounded to
+ * nearest and |f| <= 1/2: f = x L - n in one FMA (exact but for L's
+ * rounding) plus x L_lo (L_lo = log2(e) - L), so f carries the product
+ * to ~2^-24 relative; 2^f by a polynomial; times 2^n by VSCALEFPS, which
+ * also takes the results below FLT_MIN down to subnormals and 0. x is
+ * clamped at -110 first, where 2^n (n <= -159) makes 0: -inf gives 0.
+ * VMAXPS returns its second operand when either is NaN, so the clamp
+ * keeps a NaN, and NaN stays NaN. 11 instructions a vector against 14 for
+ * the Cody-Waite form in natural-log units (docs/benchmarks.md); a call
+ * per 16 scores to SLEEF's exp was 8% of bf16 prefill's time and 4-5% of
+ * fp32's. The polynomial: a degree-6 fit of 2^f on [-1/2, 1/2] (the whole
+ * exp within 1.2e-7 relative, ~1 ulp, on [-110, 0], checked against the
+ * double exp on 4M points), or with MK_AVX512_EXP_BF16 (the bf16 table's
+ * step, whose P is rounded to bf16, 2^-9 relative, before it multiplies)
+ * degree 4 without L_lo, 6.4e-6 relative: three instructions fewer. */
 MK_INLINE MK_V mk_v_exp(MK_V x)
 {
     __m512 xc = _mm512_max_ps(_mm512_set1_ps(-110.0f), x);
     __m512 n = _mm512_roundscale_ps(
         _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504f)),
         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 f = _mm512_fmsub_ps(xc, _mm512_set1_ps(1.44269504f), n);
 #ifdef MK_AVX512_EXP_BF16
-    __m512 p = _mm512_set1_ps(0.04145851358771324f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.16790899634361267f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5000435709953308f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.9999634027481079f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.9999992847442627f));
+    __m512 p = _mm512_set1_ps(9.560510516e-03f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.591703951e-02f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402498126e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931219697e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.999991655e-01f));
 #else
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    __m512 r2 = _mm512_mul_ps(r, r);
-    p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    f = _mm512_fmadd_ps(xc, _mm512_set1_ps(1.925963034e-08f), f);
+    __m512 p = _mm512_set1_ps(1.533757750e-04f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339985989e-03f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618519805e-03f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550329015e-02f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264625e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471825e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
 #endif
     return _mm512_scalef_ps(p, n);
 }
