@@ -372,12 +372,67 @@ START_TEST(softmax_update_edges)
 }
 END_TEST
 
+/* The exp inside softmax_update on its own: one row of scores spread over
+ * [-87, 0] (a maximum of exactly 0, scale 1, so P[j] = exp(s[j]) of the
+ * score as stored), against the double exp at a bound far tighter than
+ * the attention tolerances: 2.5e-7 relative (about 2 ulp; the inline
+ * polynomials measured 1.2e-7) for softmax_update, 1e-5 for a
+ * softmax_update_bf16 (its P is rounded to bf16, 2^-9, next; its exp
+ * measured 6.4e-6). */
+START_TEST(softmax_exp_accuracy)
+{
+    table_set ts;
+    get_tables(&ts);
+    const int64_t n = 4099;
+    float *s = test_alloc((size_t)n * sizeof *s);
+    float *x = test_alloc((size_t)n * sizeof *x);
+    for (int64_t j = 0; j < n; j++) /* 0, then a fine irregular grid */
+        x[j] = j == 0 ? 0.0f
+                      : -87.0f * (float)((j * 2654435761u) % 1000003u) /
+                            1000003.0f;
+    mk_mask mask;
+    memset(&mask, 0, sizeof mask);
+    mask.diag_lo = MK_NO_DIAG_LO;
+    mask.diag_hi = MK_NO_DIAG_HI;
+    mask.key_limit = n;
+    for (int x_ = 0; x_ < ts.n; x_++)
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            mk_softmax_update_fn *f = bf16 ? ts.t[x_].softmax_update_bf16
+                                           : ts.t[x_].softmax_update;
+            if (!f)
+                continue;
+            const double bound = bf16 ? 1e-5 : 2.5e-7;
+            memcpy(s, x, (size_t)n * sizeof *s);
+            float mx = -INFINITY, sum = 0.0f, alpha = 0.0f;
+            f(s, n, 1, n, 1.0f, &mask, &mx, &sum, &alpha);
+            REQUIRE(mx == 0.0f, "softmax_update%s [%s]: max %a, want 0",
+                    bf16 ? "_bf16" : "", mha_isa_name(ts.isa[x_]),
+                    (double)mx);
+            double worst = 0.0;
+            int64_t at = 0;
+            for (int64_t j = 0; j < n; j++) {
+                double want = exp((double)x[j]);
+                double err = fabs((double)s[j] - want) / want;
+                if (err > worst)
+                    worst = err, at = j;
+            }
+            REQUIRE(worst <= bound,
+                    "softmax_update%s [%s]: exp(%a) = %a, want %a: relative "
+                    "error %.3g > %.3g", bf16 ? "_bf16" : "",
+                    mha_isa_name(ts.isa[x_]), (double)x[at], (double)s[at],
+                    exp((double)x[at]), worst, bound);
+        }
+    free(s);
+    free(x);
+}
+END_TEST
 
 Suite *suite_softmax(void)
 {
     Suite *s = suite_create("softmax");
     TCase *tc = tcase_create("softmax");
     tcase_add_test(tc, softmax_update_edges);
+    tcase_add_test(tc, softmax_exp_accuracy);
     suite_add_tcase(s, tc);
     return s;
 }
