@@ -62,6 +62,12 @@ const Shape kShapes[] = {
     {"paged", 8, 32, 8, 1, 4096, 128},
     {"decode", 8, 32, 8, 1, 4096, 128, MHA_F16},
     {"paged", 8, 32, 8, 1, 4096, 128, MHA_F16},
+    // The quantised caches paged (per-row scales), beside their contiguous
+    // rows and the fp32 ones above.
+    {"decode", 8, 32, 8, 1, 4096, 128, MHA_I8},
+    {"paged", 8, 32, 8, 1, 4096, 128, MHA_I8},
+    {"decode", 8, 32, 8, 1, 4096, 128, MHA_FP8_E4M3},
+    {"paged", 8, 32, 8, 1, 4096, 128, MHA_FP8_E4M3},
     {"varlen", 8, 32, 8, 2048, 2048, 128},
     {"varlen_seq", 8, 32, 8, 2048, 2048, 128},
     // The bf16 (fp16) compute dtype (q and out bf16) of a bf16 model: a
