@@ -30,18 +30,18 @@ static kv_rows rows_of(const mha_problem *p, const mha_row_block *rb,
     const float *head_scales = value ? rb->vs : rb->ks;
     kv_rows kv = {(value ? rb->v : rb->k) + (size_t)(k0 * stride) * es, NULL,
                   head_scales ? head_scales + k0 * sss : NULL, sss};
+    /* Across kv heads the kernels may prefetch the next MK_HEADS_AHEAD
+     * keys the row block reads (mk_heads.more), so the fetch ahead runs on
+     * into the next call (and its cache blocks) instead of restarting
+     * unfetched every SPAN_KEYS keys; a row table runs on that far. */
     *more = 0;
-    if (!rb->pages)
-        return kv;
-    /* Across kv heads the table runs on through the next MK_HEADS_AHEAD
-     * keys the row block reads (mk_heads.more): the kernel's prefetch
-     * then crosses into the next call's cache blocks, which would
-     * otherwise start unfetched every SPAN_KEYS keys. */
     if (rb->kv_group) {
         int64_t left = rb->key_end - (k0 + nk);
         *more = left < MK_HEADS_AHEAD ? (left > 0 ? left : 0)
                                       : MK_HEADS_AHEAD;
     }
+    if (!rb->pages)
+        return kv;
     const void **rows = value ? sc->v_rows : sc->k_rows;
     float *scale = value ? sc->v_scales : sc->k_scales;
     const float *sr = NULL;

@@ -13,13 +13,25 @@
  *   pv_rows(R, pk, row, t, dv, o, ldo)
  *       o rows i < R += pk[i] times the value row, one FMA per element
  *   prefetch_run(run, bytes)
- *       fetch a run of bytes ahead (a row table's next cache blocks)
+ *       fetch a run of bytes ahead
  *   code_factor(t)
  *       what its loads leave to undo per row (E4M3's 2^-8, or 1)
  * and INLINE.
  */
 #ifndef MK_DECODE_HEADS_H
 #define MK_DECODE_HEADS_H
+
+/* The fetch ahead (prefetch_run, MK_HEADS_AHEAD positions on): always
+ * through a row table (a paged cache's runs jump between cache blocks);
+ * in a dense cache only for fp32 and 8-bit runs of at most a page (a few
+ * kv heads, or 8-bit codes): there it measured 1.1-1.25x, while 16-bit
+ * runs (0.9x) and longer runs (8 KiB and more: 0.8-0.97x) go faster on
+ * the hardware prefetchers alone (docs/benchmarks.md). */
+#define MK_HEADS_DENSE_RUN 4096
+INLINE int fetch_dense(mk_dtype t, size_t run)
+{
+    return run <= MK_HEADS_DENSE_RUN && mk_dtype_size(t) != 2;
+}
 
 INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
                             int64_t m, const void *k, mk_dtype t,
@@ -31,12 +43,17 @@ INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
     const size_t es = mk_dtype_size(t);
     const int64_t group = G > 0 ? G : h->group;
     const size_t hb = (size_t)h->ld * es, run = mk_heads_bytes(m, h, d, es);
+    const int dense = fetch_dense(t, run);
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(k, ldk, k_rows, es, j);
-        /* A dense cache's runs are sequential: the hardware prefetchers
-         * follow them. */
-        if (k_rows && j + MK_HEADS_AHEAD < n + h->more)
-            prefetch_run(k_rows[j + MK_HEADS_AHEAD], run);
+        if (j + MK_HEADS_AHEAD < n + h->more) {
+            if (k_rows)
+                prefetch_run(k_rows[j + MK_HEADS_AHEAD], run);
+            else if (dense)
+                prefetch_run(mk_decode_row(k, ldk, NULL, es,
+                                           j + MK_HEADS_AHEAD),
+                             run);
+        }
         const float *sj = mk_dtype_scaled(t) ? ks + j * ks_ld : NULL;
         int64_t g = 0, i = 0;
         for (; G > 0 && i + G <= m; g++, i += G)
@@ -63,10 +80,17 @@ INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
     const size_t es = mk_dtype_size(t);
     const int64_t group = G > 0 ? G : h->group;
     const size_t hb = (size_t)h->ld * es, run = mk_heads_bytes(m, h, dv, es);
+    const int dense = fetch_dense(t, run);
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(v, ldv, v_rows, es, j);
-        if (v_rows && j + MK_HEADS_AHEAD < n + h->more)
-            prefetch_run(v_rows[j + MK_HEADS_AHEAD], run);
+        if (j + MK_HEADS_AHEAD < n + h->more) {
+            if (v_rows)
+                prefetch_run(v_rows[j + MK_HEADS_AHEAD], run);
+            else if (dense)
+                prefetch_run(mk_decode_row(v, ldv, NULL, es,
+                                           j + MK_HEADS_AHEAD),
+                             run);
+        }
         for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += group) {
             const int64_t nr = m - i0 < group ? m - i0 : group;
             /* A scaled row's probability takes its scale (and the code

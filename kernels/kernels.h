@@ -223,8 +223,8 @@ typedef void mk_normalize_fn(const float *o, ptrdiff_t ldo, int64_t m,
  * broadcasts one scale), and ks is NULL and sk_j = 1 (no multiply) when it
  * is not. A kernel may compute on the codes times a power of two and undo
  * it in the row's factor: the rounding is that of the formula. Both may
- * prefetch rows they will read later, never past row n - 1 (the row
- * table's last, n + more - 1, with heads given).
+ * prefetch rows they will read later, never past row n - 1 (n + more - 1
+ * with heads given).
  *
  * heads NULL: every row reads the same K (V) rows, m <= MK_DECODE_ROWS.
  * Otherwise the rows span kv heads (docs/design.md, "Decode across
@@ -234,10 +234,11 @@ typedef void mk_normalize_fn(const float *o, ptrdiff_t ldo, int64_t m,
  * head 0's rows. The
  * kernels then read key by key across the heads (a [B, L, H, D]
  * position's heads are one contiguous run) and every value is the same,
- * bit for bit, as with one call per kv head. With a row table, `more`
- * entries past row n - 1 name the rows the caller reads next: a kernel
- * may prefetch them (never read them), so the fetch ahead runs on across
- * calls instead of restarting at each call's first rows; 0 otherwise. */
+ * bit for bit, as with one call per kv head. `more` rows past row n - 1
+ * (row table entries, or rows at the stride) are the rows the caller
+ * reads next: a kernel may prefetch them (never read them), so the fetch
+ * ahead runs on across calls instead of restarting at each call's first
+ * rows. */
 typedef struct {
     int64_t group;
     ptrdiff_t ld, scale_ld;
@@ -255,10 +256,10 @@ typedef void mk_decode_pv_fn(const float *p, ptrdiff_t ldp, int64_t m,
                              const float *alpha, float *o, ptrdiff_t ldo,
                              const mk_heads *heads);
 
-/* Across kv heads through a row table (a paged cache): positions whose
- * run of heads a kernel fetches ahead, for the jumps between cache blocks
- * (a dense cache's runs are sequential and need none), and the row
- * table's entries past a call's keys (mk_heads.more). 16 with the fetch
+/* Across kv heads: positions whose run of heads a kernel fetches ahead
+ * (through a row table, for the jumps between cache blocks; in a dense
+ * cache for short runs, kernels/decode_heads.h), and how many keys past a
+ * call's the engine lets it reach (mk_heads.more). 16 with the fetch
  * restarting at each call; 8 once it runs on across calls (4, 8 and 16
  * measured: docs/benchmarks.md). */
 #define MK_HEADS_AHEAD 8

