@@ -3,7 +3,8 @@
  * heads"), written once over a decode file's primitives: key by key, each
  * key's run of kv heads in address order (one contiguous run of a [B, L,
  * H, D] position), G = h->group when G > 0 (a constant, so a head's rows
- * unroll: MK_HEADS_GROUP_SWITCH), any group when G = 0. Per score and per
+ * unroll; the block's rows are then whole heads: MK_HEADS_GROUP_SWITCH),
+ * any group and a short last head when G = 0. Per score and per
  * output element the arithmetic is that of a call per kv head, bit for
  * bit (the kernel contract in kernels.h).
  *
@@ -55,15 +56,16 @@ INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
                              run);
         }
         const float *sj = mk_dtype_scaled(t) ? ks + j * ks_ld : NULL;
-        int64_t g = 0, i = 0;
-        for (; G > 0 && i + G <= m; g++, i += G)
-            rows_dot(q + i * ldq, ldq, G, row + g * hb, t,
-                     sj ? sj[g * h->scale_ld] : 1.0f, d, s + i * lds + j,
-                     lds);
-        for (; i < m; g++, i += group)
-            rows_dot(q + i * ldq, ldq, m - i < group ? m - i : group,
-                     row + g * hb, t, sj ? sj[g * h->scale_ld] : 1.0f, d,
-                     s + i * lds + j, lds);
+        if (G > 0) /* whole kv heads (MK_HEADS_GROUP_SWITCH) */
+            for (int64_t g = 0, i = 0; i < m; g++, i += G)
+                rows_dot(q + i * ldq, ldq, G, row + g * hb, t,
+                         sj ? sj[g * h->scale_ld] : 1.0f, d,
+                         s + i * lds + j, lds);
+        else
+            for (int64_t g = 0, i = 0; i < m; g++, i += group)
+                rows_dot(q + i * ldq, ldq, m - i < group ? m - i : group,
+                         row + g * hb, t, sj ? sj[g * h->scale_ld] : 1.0f, d,
+                         s + i * lds + j, lds);
     }
 }
 
@@ -102,7 +104,7 @@ INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
                                   vs[j * vs_ld + g * h->scale_ld] *
                                   code_factor(t)
                             : p[(i0 + i) * ldp + j];
-            if (G > 0 && nr == G)
+            if (G > 0) /* whole kv heads (MK_HEADS_GROUP_SWITCH) */
                 pv_rows(G, pk, row + g * hb, t, dv, o + i0 * ldo, ldo);
             else
                 pv_rows(nr, pk, row + g * hb, t, dv, o + i0 * ldo, ldo);

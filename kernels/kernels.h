@@ -265,11 +265,14 @@ typedef void mk_decode_pv_fn(const float *p, ptrdiff_t ldp, int64_t m,
 #define MK_HEADS_AHEAD 8
 
 /* CALL(G) with a decode block's rows per kv head as a constant for the
- * common groups (1, 2, 4, 8), CALL(0) for any other: a kernel's loop
- * across kv heads then unrolls each head's rows instead of dispatching on
- * the count per head (measured: docs/benchmarks.md). */
-#define MK_HEADS_GROUP_SWITCH(group, CALL)                                \
-    switch (group) {                                                      \
+ * common groups (1, 2, 4, 8) when its m rows are whole kv heads, CALL(0)
+ * otherwise: a kernel's loop across kv heads then unrolls each head's
+ * rows instead of dispatching on the count per head (measured:
+ * docs/benchmarks.md), and each constant adds one copy of a head's loop
+ * (a short last head goes to CALL(0); sanitizer builds compile these
+ * files slowly, so the copies are kept few). */
+#define MK_HEADS_GROUP_SWITCH(group, m, CALL)                             \
+    switch ((m) % (group) == 0 ? (group) : 0) {                           \
     case 1: CALL(1); break;                                               \
     case 2: CALL(2); break;                                               \
     case 4: CALL(4); break;                                               \

@@ -472,12 +472,16 @@ static void decode_pv_same(const same_ctx *cx, test_rng *r)
 }
 
 /* Rows spanning kv heads (mk_heads): G = 5 kv heads of `group` query rows
- * (the last head's group one row short), keys [n][G] at head stride hld
- * (a [B, L, H, D] position with padding), a scale per (key, head). Every
- * score and output is bitwise the one of a call per kv head. */
-static void decode_heads_same(const same_ctx *cx, test_rng *r, int64_t group)
+ * (with short, the last head's group one row short: the kernels' runtime
+ * path; whole heads of 1, 2, 4 or 8 rows take their constant-group loops),
+ * keys [n][G] at head stride hld (a [B, L, H, D] position with padding),
+ * a scale per (key, head). Every score and output is bitwise the one of a
+ * call per kv head. */
+static void decode_heads_same(const same_ctx *cx, test_rng *r, int64_t group,
+                              int short_last)
 {
-    const int64_t G = 5, m = G * group - 1, n = 70, w = cx->width;
+    const int64_t G = 5, m = G * group - (short_last ? 1 : 0), n = 70,
+                  w = cx->width;
     const ptrdiff_t hld = w + 2, ld = G * hld + 5, ldq = w + 1, ldo = w;
     const size_t es = mk_dtype_size(cx->t), no = (size_t)(m * ldo);
     float *q = random_floats(r, (size_t)((m - 1) * ldq + w));
@@ -586,8 +590,12 @@ START_TEST(decode_deterministic)
                                (mk_dtype)t, widths[w]};
                 decode_qk_same(&cx, &r);
                 decode_pv_same(&cx, &r);
-                decode_heads_same(&cx, &r, 1);
-                decode_heads_same(&cx, &r, 3);
+                decode_heads_same(&cx, &r, 1, 0);
+                decode_heads_same(&cx, &r, 2, 0);
+                decode_heads_same(&cx, &r, 4, 0);
+                decode_heads_same(&cx, &r, 8, 0);
+                decode_heads_same(&cx, &r, 3, 1);
+                decode_heads_same(&cx, &r, 4, 1);
             }
 }
 END_TEST

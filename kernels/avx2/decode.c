@@ -212,7 +212,7 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
 #define QK_HEADS(G)                                                       \
     decode_qk_heads(G, q, ldq, m, k, t, ldk, k_rows, ks, ks_ld, n, d, s,  \
                     lds, h)
-        MK_HEADS_GROUP_SWITCH(h->group, QK_HEADS)
+        MK_HEADS_GROUP_SWITCH(h->group, m, QK_HEADS)
 #undef QK_HEADS
         return;
     }
@@ -271,7 +271,7 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
 #define PV_HEADS(G)                                                       \
     decode_pv_heads(G, p, ldp, m, n, v, t, ldv, v_rows, vs, vs_ld, dv, o, \
                     ldo, h)
-        MK_HEADS_GROUP_SWITCH(h->group, PV_HEADS)
+        MK_HEADS_GROUP_SWITCH(h->group, m, PV_HEADS)
 #undef PV_HEADS
         return;
     }

@@ -103,6 +103,32 @@ _Alignas(64) static const uint8_t E4M3_PLACE[64] = {
     0, 0, 12, 76, 0, 0, 13, 77, 0, 0, 14, 78, 0, 0, 15, 79,
 };
 
+/* E4M3_PLACE for codes 16k..16k+15 of a 64-code lookup: byte 4i + 2
+ * from lo's byte 16k + i, 4i + 3 from hi's (64 + 16k + i). */
+_Alignas(64) static const uint8_t E4M3_PLACE4[4][64] = {
+    {0, 0, 0, 64, 0, 0, 1, 65, 0, 0, 2, 66, 0, 0, 3, 67, 0, 0, 4, 68, 0, 0, 5, 69, 0, 0, 6, 70, 0, 0, 7, 71, 0, 0, 8, 72, 0, 0, 9, 73, 0, 0, 10, 74, 0, 0, 11, 75, 0, 0, 12, 76, 0, 0, 13, 77, 0, 0, 14, 78, 0, 0, 15, 79},
+    {0, 0, 16, 80, 0, 0, 17, 81, 0, 0, 18, 82, 0, 0, 19, 83, 0, 0, 20, 84, 0, 0, 21, 85, 0, 0, 22, 86, 0, 0, 23, 87, 0, 0, 24, 88, 0, 0, 25, 89, 0, 0, 26, 90, 0, 0, 27, 91, 0, 0, 28, 92, 0, 0, 29, 93, 0, 0, 30, 94, 0, 0, 31, 95},
+    {0, 0, 32, 96, 0, 0, 33, 97, 0, 0, 34, 98, 0, 0, 35, 99, 0, 0, 36, 100, 0, 0, 37, 101, 0, 0, 38, 102, 0, 0, 39, 103, 0, 0, 40, 104, 0, 0, 41, 105, 0, 0, 42, 106, 0, 0, 43, 107, 0, 0, 44, 108, 0, 0, 45, 109, 0, 0, 46, 110, 0, 0, 47, 111},
+    {0, 0, 48, 112, 0, 0, 49, 113, 0, 0, 50, 114, 0, 0, 51, 115, 0, 0, 52, 116, 0, 0, 53, 117, 0, 0, 54, 118, 0, 0, 55, 119, 0, 0, 56, 120, 0, 0, 57, 121, 0, 0, 58, 122, 0, 0, 59, 123, 0, 0, 60, 124, 0, 0, 61, 125, 0, 0, 62, 126, 0, 0, 63, 127},
+};
+
+/* 64 codes at once (x, 64 bytes): the two lookups and the sign serve all
+ * four 16-code vectors, out[k] holding codes 16k..16k+15 as fp32: 7
+ * instructions per 64 codes against 16. Exact, as e4m3_to_f32. */
+INLINE void e4m3_to_f32x4(__m512i x, __m512 out[4])
+{
+    __m512i hi = _mm512_permutex2var_epi8(
+        _mm512_load_si512(E4M3_HI), x, _mm512_load_si512(E4M3_HI + 64));
+    __m512i lo = _mm512_permutex2var_epi8(
+        _mm512_load_si512(E4M3_LO), x, _mm512_load_si512(E4M3_LO + 64));
+    hi = _mm512_ternarylogic_epi32(hi, x, _mm512_set1_epi8((char)0x80),
+                                   0xF8); /* hi | (x & 0x80) */
+    for (int k = 0; k < 4; k++)
+        out[k] = _mm512_castsi512_ps(_mm512_maskz_permutex2var_epi8(
+            0xCCCCCCCCCCCCCCCCull, lo, _mm512_load_si512(E4M3_PLACE4[k]),
+            hi));
+}
+
 INLINE __m512 e4m3_to_f32(__m128i codes)
 {
     const __m512i x = _mm512_castsi128_si512(codes);
@@ -189,6 +215,20 @@ INLINE void dot_rows(const int R, const float *q, ptrdiff_t ldq,
     for (int r = 0; r < R; r++)
         a[r][0] = a[r][1] = _mm512_setzero_ps();
     int64_t c = 0;
+#ifdef MK_AVX512_VBMI
+    /* E4M3 for one or two rows (one query row per kv head): 64 codes per
+     * lookup, the chunks to the same chains in the same order. */
+    if (t == MK_FP8_E4M3 && R <= 2)
+        for (; c + 64 <= d; c += 64) {
+            __m512 k4[4];
+            e4m3_to_f32x4(_mm512_loadu_si512((const int8_t *)row + c), k4);
+            for (int x = 0; x < 4; x++)
+                for (int r = 0; r < R; r++)
+                    a[r][x & 1] = _mm512_fmadd_ps(
+                        _mm512_loadu_ps(q + r * ldq + c + 16 * x), k4[x],
+                        a[r][x & 1]);
+        }
+#endif
     for (; c + 32 <= d; c += 32) {
         __m512 k0 = load16(row, t, c, 1, 0), k1 = load16(row, t, c + 16, 1, 0);
         for (int r = 0; r < R; r++) {
@@ -243,7 +283,23 @@ INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
 {
     const int64_t full = dv / 16 * 16;
     const __mmask16 tail = lanes(dv - full);
-    for (int64_t c = 0; c < full; c += 16) {
+    int64_t c = 0;
+#ifdef MK_AVX512_VBMI
+    if (t == MK_FP8_E4M3) /* 64 codes per lookup (dot_rows) */
+        for (; c + 64 <= full; c += 64) {
+            __m512 x4[4];
+            e4m3_to_f32x4(_mm512_loadu_si512((const int8_t *)rg + c), x4);
+            for (int x = 0; x < 4; x++)
+                for (int64_t i = 0; i < R; i++) {
+                    float *oi = o + i * ldo + c + 16 * x;
+                    _mm512_storeu_ps(oi,
+                                     _mm512_fmadd_ps(_mm512_set1_ps(pk[i]),
+                                                     x4[x],
+                                                     _mm512_loadu_ps(oi)));
+                }
+        }
+#endif
+    for (; c < full; c += 16) {
         __m512 x = load16(rg, t, c, 1, 0);
         for (int64_t i = 0; i < R; i++) {
             float *oi = o + i * ldo + c;
@@ -283,7 +339,7 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
 #define QK_HEADS(G)                                                       \
     decode_qk_heads(G, q, ldq, m, k, t, ldk, k_rows, ks, ks_ld, n, d, s,  \
                     lds, h)
-        MK_HEADS_GROUP_SWITCH(h->group, QK_HEADS)
+        MK_HEADS_GROUP_SWITCH(h->group, m, QK_HEADS)
 #undef QK_HEADS
         return;
     }
@@ -372,7 +428,7 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
 #define PV_HEADS(G)                                                       \
     decode_pv_heads(G, p, ldp, m, n, v, t, ldv, v_rows, vs, vs_ld, dv, o, \
                     ldo, h)
-        MK_HEADS_GROUP_SWITCH(h->group, PV_HEADS)
+        MK_HEADS_GROUP_SWITCH(h->group, m, PV_HEADS)
 #undef PV_HEADS
         return;
     }
