@@ -68,6 +68,11 @@ const Shape kShapes[] = {
     {"paged", 8, 32, 8, 1, 4096, 128, MHA_I8},
     {"decode", 8, 32, 8, 1, 4096, 128, MHA_FP8_E4M3},
     {"paged", 8, 32, 8, 1, 4096, 128, MHA_FP8_E4M3},
+    // The paged form of the quantised-cache shape (one kv head per query
+    // head), read against the fp32 paged row of that shape.
+    {"paged", 1, 32, 32, 1, 4096, 128},
+    {"paged", 1, 32, 32, 1, 4096, 128, MHA_I8},
+    {"paged", 1, 32, 32, 1, 4096, 128, MHA_FP8_E4M3},
     {"varlen", 8, 32, 8, 2048, 2048, 128},
     {"varlen_seq", 8, 32, 8, 2048, 2048, 128},
     // The bf16 (fp16) compute dtype (q and out bf16) of a bf16 model: a
