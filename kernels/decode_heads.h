@@ -112,4 +112,33 @@ INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
     }
 }
 
+/* The entry points: the across-heads loops with the group a constant when
+ * the block's rows are whole kv heads of 1, 2, 4 or 8 rows
+ * (MK_HEADS_GROUP_SWITCH), the runtime loop otherwise. */
+INLINE void decode_qk_across(const float *q, ptrdiff_t ldq, int64_t m,
+                             const void *k, mk_dtype t, ptrdiff_t ldk,
+                             const void *const *k_rows, const float *ks,
+                             ptrdiff_t ks_ld, int64_t n, int64_t d, float *s,
+                             ptrdiff_t lds, const mk_heads *h)
+{
+#define QK_HEADS(G)                                                       \
+    decode_qk_heads(G, q, ldq, m, k, t, ldk, k_rows, ks, ks_ld, n, d, s,  \
+                    lds, h)
+    MK_HEADS_GROUP_SWITCH(h->group, m, QK_HEADS)
+#undef QK_HEADS
+}
+
+INLINE void decode_pv_across(const float *p, ptrdiff_t ldp, int64_t m,
+                             int64_t n, const void *v, mk_dtype t,
+                             ptrdiff_t ldv, const void *const *v_rows,
+                             const float *vs, ptrdiff_t vs_ld, int64_t dv,
+                             float *o, ptrdiff_t ldo, const mk_heads *h)
+{
+#define PV_HEADS(G)                                                       \
+    decode_pv_heads(G, p, ldp, m, n, v, t, ldv, v_rows, vs, vs_ld, dv, o, \
+                    ldo, h)
+    MK_HEADS_GROUP_SWITCH(h->group, m, PV_HEADS)
+#undef PV_HEADS
+}
+
 #endif

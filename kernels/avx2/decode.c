@@ -209,11 +209,8 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
     const size_t es = mk_dtype_size(t), row_bytes = (size_t)d * es;
     const int64_t ahead = AHEAD;
     if (h) {
-#define QK_HEADS(G)                                                       \
-    decode_qk_heads(G, q, ldq, m, k, t, ldk, k_rows, ks, ks_ld, n, d, s,  \
-                    lds, h)
-        MK_HEADS_GROUP_SWITCH(h->group, m, QK_HEADS)
-#undef QK_HEADS
+        decode_qk_across(q, ldq, m, k, t, ldk, k_rows, ks, ks_ld, n, d, s, lds,
+                         h);
         return;
     }
     for (int64_t j = 0; j < n; j++) {
@@ -268,11 +265,8 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                 _mm256_mul_ps(a, _mm256_maskload_ps(oi + full, tail)));
     }
     if (h) {
-#define PV_HEADS(G)                                                       \
-    decode_pv_heads(G, p, ldp, m, n, v, t, ldv, v_rows, vs, vs_ld, dv, o, \
-                    ldo, h)
-        MK_HEADS_GROUP_SWITCH(h->group, m, PV_HEADS)
-#undef PV_HEADS
+        decode_pv_across(p, ldp, m, n, v, t, ldv, v_rows, vs, vs_ld, dv, o, ldo,
+                         h);
         return;
     }
     for (int64_t j0 = 0; j0 < n; j0 += KEYS) {

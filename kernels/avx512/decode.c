@@ -2,8 +2,8 @@
  * MK_DECODE_ROWS query rows (or rows across kv heads) against key and
  * value rows read in place, codes widened in registers 16 at a time (sign
  * extension and VCVTDQ2PS for int8, fp8 moved into binary16 bits for
- * VCVTPH2PS, VCVTPH2PS and a shift for the 16-bit types), tails through
- * opmasks. The avx2 table's kernels convert 8 codes per instruction, and
+ * VCVTPH2PS or, with VBMI, E4M3 through byte lookups, VCVTPH2PS and a
+ * shift for the 16-bit types), tails through opmasks. The avx2 table's kernels convert 8 codes per instruction, and
  * an 8-bit cache's decode is bound by those conversions rather than by
  * memory: 16 lanes run it 1.15-1.5x faster; 16-bit caches measured
  * 1.04-1.17x faster on 1 thread (level on 2). fp32 stays on the avx2
@@ -13,7 +13,9 @@
  *
  * As in the avx2 kernels, rows are prefetched a fixed distance ahead into
  * L2 (one head's rows of a [B, L, H, D] cache are a page or more apart,
- * where the hardware prefetchers stop), never past row n - 1.
+ * where the hardware prefetchers stop), never past row n - 1; the
+ * across-heads loops fetch up to mk_heads.more rows past it, which the
+ * caller's row table or cache holds (kernels/decode_heads.h).
  *
  * Determinism: a score is two 16-lane chains over d (even and odd
  * 16-element chunks) reduced the same way for every row; an output element
@@ -95,15 +97,7 @@ _Alignas(64) static const uint8_t E4M3_LO[128] = {
     0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0, 0xE0, 0xF0,
     0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0, 0xE0, 0xC0,
 };
-/* Byte 4i + 2 from lo's byte i, 4i + 3 from hi's (index 64 + i). */
-_Alignas(64) static const uint8_t E4M3_PLACE[64] = {
-    0, 0, 0, 64,  0, 0, 1, 65,  0, 0, 2, 66,  0, 0, 3, 67,
-    0, 0, 4, 68,  0, 0, 5, 69,  0, 0, 6, 70,  0, 0, 7, 71,
-    0, 0, 8, 72,  0, 0, 9, 73,  0, 0, 10, 74, 0, 0, 11, 75,
-    0, 0, 12, 76, 0, 0, 13, 77, 0, 0, 14, 78, 0, 0, 15, 79,
-};
-
-/* E4M3_PLACE for codes 16k..16k+15 of a 64-code lookup: byte 4i + 2
+/* Where codes 16k..16k+15 of a 64-code lookup go: byte 4i + 2
  * from lo's byte 16k + i, 4i + 3 from hi's (64 + 16k + i). */
 _Alignas(64) static const uint8_t E4M3_PLACE4[4][64] = {
     {0, 0, 0, 64, 0, 0, 1, 65, 0, 0, 2, 66, 0, 0, 3, 67, 0, 0, 4, 68, 0, 0, 5, 69, 0, 0, 6, 70, 0, 0, 7, 71, 0, 0, 8, 72, 0, 0, 9, 73, 0, 0, 10, 74, 0, 0, 11, 75, 0, 0, 12, 76, 0, 0, 13, 77, 0, 0, 14, 78, 0, 0, 15, 79},
@@ -129,17 +123,13 @@ INLINE void e4m3_to_f32x4(__m512i x, __m512 out[4])
             hi));
 }
 
+/* 16 codes: the first vector of the 64-code form (the unused lookups
+ * and placements compile away). */
 INLINE __m512 e4m3_to_f32(__m128i codes)
 {
-    const __m512i x = _mm512_castsi128_si512(codes);
-    __m512i hi = _mm512_permutex2var_epi8(
-        _mm512_load_si512(E4M3_HI), x, _mm512_load_si512(E4M3_HI + 64));
-    __m512i lo = _mm512_permutex2var_epi8(
-        _mm512_load_si512(E4M3_LO), x, _mm512_load_si512(E4M3_LO + 64));
-    hi = _mm512_ternarylogic_epi32(hi, x, _mm512_set1_epi8((char)0x80),
-                                   0xF8); /* hi | (x & 0x80) */
-    return _mm512_castsi512_ps(_mm512_maskz_permutex2var_epi8(
-        0xCCCCCCCCCCCCCCCCull, lo, _mm512_load_si512(E4M3_PLACE), hi));
+    __m512 out[4];
+    e4m3_to_f32x4(_mm512_castsi128_si512(codes), out);
+    return out[0];
 }
 
 /* E4M3 loads as its exact value: nothing to undo. */
@@ -336,11 +326,8 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
 {
     const size_t es = mk_dtype_size(t), row_bytes = (size_t)d * es;
     if (h) {
-#define QK_HEADS(G)                                                       \
-    decode_qk_heads(G, q, ldq, m, k, t, ldk, k_rows, ks, ks_ld, n, d, s,  \
-                    lds, h)
-        MK_HEADS_GROUP_SWITCH(h->group, m, QK_HEADS)
-#undef QK_HEADS
+        decode_qk_across(q, ldq, m, k, t, ldk, k_rows, ks, ks_ld, n, d, s, lds,
+                         h);
         return;
     }
     for (int64_t j = 0; j < n; j++) {
@@ -425,11 +412,8 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                 _mm512_mul_ps(a, _mm512_maskz_loadu_ps(tail, oi + full)));
     }
     if (h) {
-#define PV_HEADS(G)                                                       \
-    decode_pv_heads(G, p, ldp, m, n, v, t, ldv, v_rows, vs, vs_ld, dv, o, \
-                    ldo, h)
-        MK_HEADS_GROUP_SWITCH(h->group, m, PV_HEADS)
-#undef PV_HEADS
+        decode_pv_across(p, ldp, m, n, v, t, ldv, v_rows, vs, vs_ld, dv, o, ldo,
+                         h);
         return;
     }
     for (int64_t j0 = 0; j0 < n; j0 += KEYS) {
