@@ -155,6 +155,10 @@ mha_status mha_check_tensor(const mha_tensor *t, const char *name, int kv,
 int mha_non_self_overlapping(const mha_tensor *t);
 /* The byte range of a validated quantised tensor's scales. */
 mha_span mha_scales_span(const mha_tensor *t);
+/* Whether the scales x[i0 * st[0] + i1 * st[1] + i2 * st[2]], ik < n[k],
+ * are all finite and nonzero (a vectorised scan; the caller finds a bad
+ * one again for its message). Strides >= 0, extent already checked. */
+int mha_scales_ok(const float *x, const int64_t n[3], const int64_t st[3]);
 
 /* mha_attention's validation: the views, the shape rules of attention,
  * the scale; fills *problem. */

@@ -91,6 +91,20 @@ static mha_status check_used_scales(const mha_tensor *t, const char *name,
     if (!sc->data)
         return MHA_OK;
     int64_t size = t->seq, heads = sc->stride_head ? t->heads : 1;
+    int ok = 1;
+    for (int64_t b = 0; b < batch && ok; b++)
+        for (int64_t j = 0; j < pg->seqlens[b] && ok; j += size) {
+            /* A block's rows in use at once (validate.c's scan). */
+            int64_t blk = pg->block_table[b * stride + j / size];
+            int64_t rows = pg->seqlens[b] - j < size ? pg->seqlens[b] - j
+                                                      : size;
+            const int64_t n[3] = {1, sc->stride_seq ? rows : 1, heads};
+            const int64_t st[3] = {0, sc->stride_seq, sc->stride_head};
+            ok = mha_scales_ok(sc->data + blk * sc->stride_batch, n, st);
+        }
+    if (ok)
+        return MHA_OK;
+    /* A bad scale: found again in order, for the message. */
     for (int64_t b = 0; b < batch; b++)
         for (int64_t j = 0; j < pg->seqlens[b]; j++) {
             int64_t blk = pg->block_table[b * stride + j / size];

@@ -238,6 +238,13 @@ static void used_scale_zero(vcall *c)
     int8_pool(c->f);
     c->f->ks[(6 * VBS + 2) * VHKV + 1] = 0.0f;
 }
+/* The one key sequence 0 reads of its second block (block 1, slot 0):
+ * the scan of a partial block reaches it. */
+static void used_scale_partial(vcall *c)
+{
+    int8_pool(c->f);
+    c->f->ks[(1 * VBS + 0) * VHKV + VHKV - 1] = NAN;
+}
 static void pool_no_scales(vcall *c)
 {
     int8_pool(c->f);
@@ -328,6 +335,8 @@ static const vbad VBAD[] = {
     {{"varlen: q.dtype F16", MHA_ERR_UNSUPPORTED, "q.dtype"}, q_f16},
     {{"int8 pool: a used block's scale 0", MHA_ERR_BAD_ARGUMENT,
       "k.scales"}, used_scale_zero},
+    {{"int8 pool: a partial block's used scale NaN", MHA_ERR_BAD_ARGUMENT,
+      "k.scales[block=1, slot=0, h=1]"}, used_scale_partial},
     {{"int8 pool without scales", MHA_ERR_NULL_POINTER, "k.scales.data"},
      pool_no_scales},
 };
@@ -362,16 +371,34 @@ START_TEST(varlen_bad_input)
 }
 END_TEST
 
+/* An int8 pool whose unread scales are 0 (slots past a sequence's keys
+ * in its last block, blocks no sequence uses): only what is read is
+ * checked. */
+static void int8_pool_unread_zero(vfix *f)
+{
+    int8_pool(f);
+    for (int slot = 1; slot < VBS; slot++) /* sequence 0 reads slot 0 */
+        for (int h = 0; h < VHKV; h++)
+            f->ks[(1 * VBS + slot) * VHKV + h] = 0.0f;
+    for (int h = 0; h < VHKV; h++) /* sequence 1 reads slots 0..2 */
+        f->ks[(3 * VBS + 3) * VHKV + h] = 0.0f;
+    for (int i = 0; i < VBS * VHKV; i++) { /* blocks 2 and 5: unused */
+        f->ks[2 * VBS * VHKV + i] = 0.0f;
+        f->ks[5 * VBS * VHKV + i] = NAN;
+    }
+}
+
 /* The fixture in each form is accepted (so each row's failure is its
  * own): paged with unread out-of-pool entries, packed keys, [B, Lq, H, d]
  * queries, an int8 pool; out and lse written, nothing past them. */
 START_TEST(varlen_fixture_is_valid)
 {
-    void (*forms[4])(vfix *) = {NULL, packed_keys, dense_queries, int8_pool};
+    void (*forms[5])(vfix *) = {NULL, packed_keys, dense_queries, int8_pool,
+                                int8_pool_unread_zero};
     mha_isa isas[TEST_MAX_ISAS];
     int n_isa = available_isas(isas);
     for (int x = 0; x < n_isa; x++)
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 5; i++) {
             vfix f;
             vfix_init(&f);
             if (forms[i])

@@ -400,6 +400,79 @@ START_TEST(bad_scales)
 }
 END_TEST
 
+/* Every scale of a long cache is checked (the scan runs in blocks, over
+ * merged axes where the strides allow): a bad scale first, at a block's
+ * edge and last, in a per-row array (one run), per token broadcast over
+ * heads, with a gap between rows (strided rows) and head-major (a
+ * strided run per position); a subnormal and a negative scale are
+ * good. */
+START_TEST(scale_scan)
+{
+    enum { L = 700, H = 3, D = 8 };
+    static float q[H * D], out[H * D], ks[2 * L * H], vs[L * H];
+    static int8_t kc[L * H * D], vc[L * H * D];
+    for (int i = 0; i < H * D; i++)
+        q[i] = 0.1f * (float)(i % 7);
+    for (int i = 0; i < L * H * D; i++)
+        kc[i] = (int8_t)(i * 37), vc[i] = (int8_t)(i * 11);
+    for (int i = 0; i < L * H; i++)
+        vs[i] = 0.01f;
+    const struct {
+        const char *what;
+        mha_scales sc;
+        int heads; /* scales per position the layout holds (1: broadcast) */
+    } lay[] = {
+        {"per row", {ks, L * H, H, 1}, H},
+        {"per token", {ks, L, 1, 0}, 1},
+        {"rows with a gap", {ks, 2 * L * H, 2 * H, 1}, H},
+        {"head-major", {ks, L * H, 1, L}, H},
+    };
+    const int spots[][2] = {{0, 0}, {85, 1}, {86, 0}, {L - 1, H - 1}};
+    const float bad[] = {0.0f, NAN, -INFINITY, -0.0f};
+    mha_engine *e = best_engine(1);
+    for (size_t l = 0; l < sizeof lay / sizeof lay[0]; l++) {
+        mha_attention_args a;
+        memset(&a, 0, sizeof a);
+        a.q = mha_tensor_bshd(q, 1, 1, H, D);
+        a.k = mha_tensor_bshd(kc, 1, L, H, D);
+        a.v = mha_tensor_bshd(vc, 1, L, H, D);
+        a.out = mha_tensor_bshd(out, 1, 1, H, D);
+        a.k.dtype = a.v.dtype = MHA_I8;
+        a.k.scales = lay[l].sc;
+        a.v.scales = (mha_scales){vs, L * H, H, 1};
+        for (int i = 0; i < 2 * L * H; i++)
+            ks[i] = i % 5 == 0 ? 1e-40f : i % 5 == 1 ? -0.5f : 0.02f;
+        mha_status st = mha_attention(e, &a);
+        ck_assert_msg(st == MHA_OK, "%s: good scales refused: %s",
+                      lay[l].what, mha_last_error());
+        for (size_t p = 0; p < sizeof spots / sizeof spots[0]; p++) {
+            int s_ = spots[p][0], h = lay[l].heads > 1 ? spots[p][1] : 0;
+            float *at = ks + s_ * lay[l].sc.stride_seq +
+                        h * lay[l].sc.stride_head;
+            float keep = *at;
+            *at = bad[p];
+            char want[64];
+            snprintf(want, sizeof want, "k.scales[b=0, s=%d, h=%d]", s_, h);
+            memset(out, 0x5A, sizeof out);
+            st = mha_attention(e, &a);
+            ck_assert_msg(st == MHA_ERR_BAD_ARGUMENT &&
+                              strstr(mha_last_error(), want),
+                          "%s, %g at s=%d h=%d: %s (%s)", lay[l].what,
+                          (double)bad[p], s_, h, mha_status_string(st),
+                          mha_last_error());
+            for (int i = 0; i < H * D; i++) {
+                uint32_t bits;
+                memcpy(&bits, &out[i], sizeof bits);
+                ck_assert_msg(bits == 0x5A5A5A5Au, "%s: output written",
+                              lay[l].what);
+            }
+            *at = keep;
+        }
+    }
+    mha_engine_destroy(e);
+}
+END_TEST
+
 START_TEST(bad_quantize)
 {
     float x[2 * 8], sc[2], other = 1.0f;
@@ -467,6 +540,7 @@ Suite *suite_quant(void)
     tcase_add_loop_test(tc, attention_vs_oracle, 0, N_QCASES);
     tcase_add_loop_test(tc, bad_scales, 0, N_QBAD);
     tcase_add_test(tc, bad_quantize);
+    tcase_add_test(tc, scale_scan);
     suite_add_tcase(s, tc);
     return s;
 }
