@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "avx2.h"
+#include "e4m3.h"
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -47,21 +48,6 @@ INLINE void prefetch_run(const char *run, size_t run_bytes)
         _mm_prefetch(run + off, _MM_HINT_T0);
 }
 
-/* E4M3 codes (sign-extended to 16 bits) as the binary16 of their value
- * times 2^-8: shifted left by 7 the exponent and mantissa land in a
- * binary16's (the exponent field's top bit cleared, the sign at bit 15),
- * whose bias is 8 more than E4M3's; binary16 subnormals are E4M3
- * subnormals at the same 2^-8, so F16C converts all of them exactly. The
- * NaN codes (S.1111.111) get the all-ones exponent. A 256-entry table
- * would need a gather per 8 codes, slower than these few integer ops. */
-INLINE __m128i e4m3_to_f16(__m128i s)
-{
-    __m128i h = _mm_and_si128(_mm_slli_epi16(s, 7), _mm_set1_epi16(-16385));
-    __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7FFF)),
-                                  _mm_set1_epi16(0x3F80));
-    return _mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7C00)));
-}
-
 /* What load8 leaves to undo per row: E4M3 loads as its value times 2^-8. */
 INLINE float code_factor(mk_dtype t)
 {
@@ -83,13 +69,30 @@ INLINE __m256 load8(const void *row, mk_dtype t, int64_t c)
     case MK_I8:
         return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(b)));
     case MK_FP8_E4M3:
-        return _mm256_cvtph_ps(e4m3_to_f16(_mm_cvtepi8_epi16(_mm_loadl_epi64(b))));
+        return _mm256_cvtph_ps(_mm256_castsi256_si128(mk_e4m3_to_f16x16(
+            _mm256_cvtepi8_epi16(_mm_loadl_epi64(b)))));
     case MK_FP8_E5M2: /* the high byte of a binary16 */
         return _mm256_cvtph_ps(
             _mm_unpacklo_epi8(_mm_setzero_si128(), _mm_loadl_epi64(b)));
     case MK_DTYPE_COUNT: break;
     }
     return _mm256_setzero_ps();
+}
+
+/* Elements [c, c + 16) of a row as two load8 results (E4M3 widened 16
+ * codes at a time). */
+INLINE void load16(const void *row, mk_dtype t, int64_t c, __m256 *x0,
+                   __m256 *x1)
+{
+    if (t == MK_FP8_E4M3) {
+        __m256i h = mk_e4m3_to_f16x16(_mm256_cvtepi8_epi16(
+            _mm_loadu_si128((const __m128i *)((const int8_t *)row + c))));
+        *x0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+        *x1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+        return;
+    }
+    *x0 = load8(row, t, c);
+    *x1 = load8(row, t, c + 8);
 }
 
 /* Lanes i < left (1..7) true. */
@@ -129,7 +132,8 @@ INLINE void dot_rows(int R, const float *q, ptrdiff_t ldq, const void *row,
         a[r][0] = a[r][1] = _mm256_setzero_ps();
     int64_t c = 0;
     for (; c + 16 <= d; c += 16) {
-        __m256 k0 = load8(row, t, c), k1 = load8(row, t, c + 8);
+        __m256 k0, k1;
+        load16(row, t, c, &k0, &k1);
         for (int r = 0; r < R; r++) {
             const float *qr = q + r * ldq + c;
             a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(qr), k0, a[r][0]);
@@ -179,7 +183,20 @@ INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
                     int64_t dv, float *o, ptrdiff_t ldo)
 {
     const int64_t full = dv / 8 * 8;
-    for (int64_t c = 0; c < full; c += 8) {
+    int64_t c = 0;
+    for (; c + 16 <= full; c += 16) {
+        __m256 x0, x1;
+        load16(rg, t, c, &x0, &x1);
+        for (int64_t i = 0; i < R; i++) {
+            float *oi = o + i * ldo + c;
+            _mm256_storeu_ps(oi, _mm256_fmadd_ps(_mm256_set1_ps(pk[i]), x0,
+                                                 _mm256_loadu_ps(oi)));
+            _mm256_storeu_ps(oi + 8,
+                             _mm256_fmadd_ps(_mm256_set1_ps(pk[i]), x1,
+                                             _mm256_loadu_ps(oi + 8)));
+        }
+    }
+    for (; c < full; c += 8) {
         __m256 x = load8(rg, t, c);
         for (int64_t i = 0; i < R; i++) {
             float *oi = o + i * ldo + c;
@@ -288,7 +305,23 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                     cf[jj] = pi[jj] * vs[(j0 + jj) * vs_ld] * code_factor(t);
                 pi = cf;
             }
-            for (int64_t c = 0; c < full; c += 8) {
+            int64_t c = 0;
+            /* E4M3 widened 16 codes at a time (load16). */
+            for (; t == MK_FP8_E4M3 && c + 16 <= full; c += 16) {
+                __m256 acc0 = _mm256_loadu_ps(oi + c),
+                       acc1 = _mm256_loadu_ps(oi + c + 8);
+                for (int64_t jj = 0; jj < nj; jj++) {
+                    __m256 x0, x1;
+                    load16(rows[jj], t, c, &x0, &x1);
+                    acc0 = _mm256_fmadd_ps(_mm256_broadcast_ss(pi + jj), x0,
+                                           acc0);
+                    acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(pi + jj), x1,
+                                           acc1);
+                }
+                _mm256_storeu_ps(oi + c, acc0);
+                _mm256_storeu_ps(oi + c + 8, acc1);
+            }
+            for (; c < full; c += 8) {
                 __m256 acc = _mm256_loadu_ps(oi + c);
                 for (int64_t jj = 0; jj < nj; jj++)
                     acc = _mm256_fmadd_ps(_mm256_broadcast_ss(pi + jj),

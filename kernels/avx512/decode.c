@@ -25,6 +25,7 @@
 #include <immintrin.h>
 
 #include "avx2/avx2.h"
+#include "avx2/e4m3.h"
 #include "avx512.h"
 
 #define INLINE static inline __attribute__((always_inline))
@@ -51,20 +52,6 @@ INLINE void prefetch_row(const char *row, size_t row_bytes)
     for (size_t off = 0; off < row_bytes; off += 64)
         _mm_prefetch(row + off, _MM_HINT_T1);
     _mm_prefetch(row + row_bytes - 1, _MM_HINT_T1);
-}
-
-/* 16 E4M3 codes (sign-extended to 16 bits) as the binary16 of their value
- * times 2^-8: the avx2 kernels' bit mapping (kernels/avx2/decode.c), the
- * NaN codes (S.1111.111) given the all-ones exponent through an opmask. */
-INLINE __m256i e4m3_to_f16(__m256i s)
-{
-    __m256i h = _mm256_and_si256(_mm256_slli_epi16(s, 7),
-                                 _mm256_set1_epi16(-16385));
-    __mmask16 nan = _mm256_cmpeq_epi16_mask(
-        _mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)),
-        _mm256_set1_epi16(0x3F80));
-    return _mm256_mask_mov_epi16(h, nan,
-                                 _mm256_or_si256(h, _mm256_set1_epi16(0x7C00)));
 }
 
 #ifdef MK_AVX512_VBMI
@@ -181,7 +168,7 @@ INLINE __m512 load16(const void *row, mk_dtype t, int64_t c, int full,
         return e4m3_to_f32(full ? _mm_loadu_si128((const __m128i *)b)
                                 : _mm_maskz_loadu_epi8(k, b));
 #else
-        return _mm512_cvtph_ps(e4m3_to_f16(_mm256_cvtepi8_epi16(
+        return _mm512_cvtph_ps(mk_e4m3_to_f16x16(_mm256_cvtepi8_epi16(
             full ? _mm_loadu_si128((const __m128i *)b)
                  : _mm_maskz_loadu_epi8(k, b))));
 #endif
