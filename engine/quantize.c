@@ -1,7 +1,7 @@
 /* mha_quantize: fp32 rows into an 8-bit K/V cache (docs/design.md,
  * "Dtypes"). Validation first, then (when asked) the scales, then the
- * codes. Written for a tensor view; a paged cache is a later form of the
- * same loops. */
+ * codes. mha_quantize_paged runs the same loops one token at a time, on
+ * a [1, 1, heads, dim] view of its slot. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -150,32 +150,70 @@ static void quantize_rows(const mha_tensor *src, const mha_tensor *dst,
             }
 }
 
-mha_status mha_quantize(const mha_tensor *src, const mha_tensor *dst,
-                        float *scales_out)
+/* The checks both entry points share: src an fp32 view, dst (named name)
+ * a quantised view with its scales (scales_out's when computed; their
+ * values checked when scale_values), whose rows do not share memory;
+ * src, dst and dst's scales pairwise disjoint. Fills *d (dst with
+ * scales_out in place), *qmax and *range (dst's bytes). */
+static mha_status check_pair(const mha_tensor *src, const mha_tensor *dst,
+                             const char *name, float *scales_out,
+                             int scale_values, mha_tensor *d, float *qmax,
+                             mha_span *range)
 {
     if (!src)
         return mha_fail(MHA_ERR_NULL_POINTER, "src is NULL");
     if (!dst)
-        return mha_fail(MHA_ERR_NULL_POINTER, "dst is NULL");
+        return mha_fail(MHA_ERR_NULL_POINTER, "%s is NULL", name);
     mha_span rs, rd;
     mha_status st;
     if ((st = mha_check_tensor(src, "src", 0, 0, &rs)) != MHA_OK)
         return st;
     if (src->dtype != MHA_F32) /* a compute dtype, but rows are read as fp32 */
         return mha_fail(MHA_ERR_UNSUPPORTED,
-                        "src.dtype (%s): mha_quantize takes fp32 rows",
+                        "src.dtype (%s): quantising takes fp32 rows",
                         mha_dtype_name(src->dtype));
     const mha_dtype_traits *tr = mha_dtype_traits_of(dst->dtype);
     if (tr && !tr->needs_scale)
         return mha_fail(MHA_ERR_UNSUPPORTED,
-                        "dst.dtype (%s) is not a quantised dtype", tr->name);
+                        "%s.dtype (%s) is not a quantised dtype", name,
+                        tr->name);
     if (scales_out && dst->scales.data && dst->scales.data != scales_out)
         return mha_fail(MHA_ERR_BAD_ARGUMENT,
-                        "dst.scales.data is neither NULL nor scales_out");
-    mha_tensor d = *dst;
+                        "%s.scales.data is neither NULL nor scales_out",
+                        name);
+    *d = *dst;
     if (scales_out)
-        d.scales.data = scales_out;
-    if ((st = mha_check_tensor(&d, "dst", 1, !scales_out, &rd)) != MHA_OK)
+        d->scales.data = scales_out;
+    if ((st = mha_check_tensor(d, name, 1, scale_values, &rd)) != MHA_OK)
+        return st;
+    if (!mha_non_self_overlapping(d))
+        return mha_fail(MHA_ERR_BAD_STRIDE,
+                        "%s strides (%lld, %lld, %lld) make distinct "
+                        "elements share memory",
+                        name, (long long)d->stride_batch,
+                        (long long)d->stride_seq, (long long)d->stride_head);
+    mha_span rsc = mha_scales_span(d);
+    if (mha_spans_overlap(rd, rs))
+        return mha_fail(MHA_ERR_BAD_STRIDE, "%s overlaps src", name);
+    if (mha_spans_overlap(rd, rsc))
+        return mha_fail(MHA_ERR_BAD_STRIDE, "%s overlaps %s.scales", name,
+                        name);
+    if (scales_out && mha_spans_overlap(rsc, rs))
+        return mha_fail(MHA_ERR_BAD_STRIDE, "scales_out overlaps src");
+    *qmax = tr->qmax;
+    *range = rd;
+    return MHA_OK;
+}
+
+mha_status mha_quantize(const mha_tensor *src, const mha_tensor *dst,
+                        float *scales_out)
+{
+    mha_tensor d;
+    float qmax;
+    mha_span rd;
+    mha_status st = check_pair(src, dst, "dst", scales_out, !scales_out, &d,
+                               &qmax, &rd);
+    if (st != MHA_OK)
         return st;
 #define SAME(f)                                                            \
     if (d.f != src->f)                                                     \
@@ -187,21 +225,111 @@ mha_status mha_quantize(const mha_tensor *src, const mha_tensor *dst,
     SAME(heads)
     SAME(dim)
 #undef SAME
-    if (!mha_non_self_overlapping(&d))
-        return mha_fail(MHA_ERR_BAD_STRIDE,
-                        "dst strides (%lld, %lld, %lld) make distinct "
-                        "elements share memory",
-                        (long long)d.stride_batch, (long long)d.stride_seq,
-                        (long long)d.stride_head);
-    mha_span rsc = mha_scales_span(&d);
-    if (mha_spans_overlap(rd, rs))
-        return mha_fail(MHA_ERR_BAD_STRIDE, "dst overlaps src");
-    if (mha_spans_overlap(rd, rsc))
-        return mha_fail(MHA_ERR_BAD_STRIDE, "dst overlaps dst.scales");
-    if (scales_out && mha_spans_overlap(rsc, rs))
-        return mha_fail(MHA_ERR_BAD_STRIDE, "scales_out overlaps src");
     if (scales_out)
-        compute_scales(src, &d, tr->qmax, scales_out);
+        compute_scales(src, &d, qmax, scales_out);
     quantize_rows(src, &d, d.scales.data);
+    return MHA_OK;
+}
+
+/* Token t of src and slot of the pool as [1, 1, heads, dim] views (the
+ * pool's with its scales at the slot). */
+static void token_views(const mha_tensor *src, const mha_tensor *pool,
+                        int64_t t, int64_t slot, mha_tensor *x,
+                        mha_tensor *y)
+{
+    int64_t b = t / src->seq, s = t % src->seq;
+    int64_t blk = slot / pool->seq, off = slot % pool->seq;
+    *x = *src;
+    x->data = (float *)src->data + b * src->stride_batch + s * src->stride_seq;
+    *y = *pool;
+    y->data = (uint8_t *)pool->data + blk * pool->stride_batch +
+              off * pool->stride_seq;
+    y->scales.data = pool->scales.data + blk * pool->scales.stride_batch +
+                     off * pool->scales.stride_seq;
+    x->batch = x->seq = y->batch = y->seq = 1;
+}
+
+mha_status mha_quantize_paged(const mha_tensor *src, const mha_tensor *pool,
+                              const int64_t *slots, float *scales_out)
+{
+    mha_tensor d;
+    float qmax;
+    mha_span rp;
+    /* Scale values are checked below, for the written slots only. */
+    mha_status st =
+        check_pair(src, pool, "pool", scales_out, 0, &d, &qmax, &rp);
+    if (st != MHA_OK)
+        return st;
+    if (!slots)
+        return mha_fail(MHA_ERR_NULL_POINTER, "slots is NULL");
+    if (d.heads != src->heads)
+        return mha_fail(MHA_ERR_BAD_SHAPE,
+                        "pool.heads (%lld) differs from src.heads (%lld)",
+                        (long long)d.heads, (long long)src->heads);
+    if (d.dim != src->dim)
+        return mha_fail(MHA_ERR_BAD_SHAPE,
+                        "pool.dim (%lld) differs from src.dim (%lld)",
+                        (long long)d.dim, (long long)src->dim);
+    int64_t n = src->batch * src->seq, nslots; /* n: src's extent fits */
+    if (!mha_mul_ok(d.batch, d.seq, &nslots))
+        return mha_fail(MHA_ERR_OVERFLOW, "pool.batch * pool.seq overflows");
+    /* Computed scales are per slot: distinct slots (and heads, unless
+     * stride_head is 0) must reach distinct scales. */
+    if (scales_out) {
+        const mha_scales *sc = &d.scales;
+        mha_tensor lay = {scales_out, d.batch, d.seq,
+                          sc->stride_head ? d.heads : 1, 1,
+                          sc->stride_batch, sc->stride_seq, sc->stride_head,
+                          MHA_F32, {0}};
+        if (!mha_non_self_overlapping(&lay))
+            return mha_fail(MHA_ERR_BAD_STRIDE,
+                            "pool.scales strides (%lld, %lld, %lld) make "
+                            "slots share a scale: computed scales need one "
+                            "per slot",
+                            (long long)sc->stride_batch,
+                            (long long)sc->stride_seq,
+                            (long long)sc->stride_head);
+    }
+    mha_span rslots = {(uintptr_t)slots, (uintptr_t)(slots + n)};
+    mha_span rsc = mha_scales_span(&d);
+    if (mha_spans_overlap(rslots, rp))
+        return mha_fail(MHA_ERR_BAD_STRIDE, "slots overlaps pool");
+    if (mha_spans_overlap(rslots, rsc))
+        return mha_fail(MHA_ERR_BAD_STRIDE, "slots overlaps pool.scales");
+    for (int64_t t = 0; t < n; t++) {
+        if (slots[t] < 0)
+            continue;
+        if (slots[t] >= nslots)
+            return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                            "slots[%lld] (%lld) is past the pool's %lld "
+                            "slots (pool.batch * pool.seq)",
+                            (long long)t, (long long)slots[t],
+                            (long long)nslots);
+        if (scales_out)
+            continue;
+        mha_tensor x, y;
+        token_views(src, &d, t, slots[t], &x, &y);
+        const mha_scales *sc = &y.scales;
+        for (int64_t h = 0; h < y.heads; h++) {
+            float v = sc->data[h * sc->stride_head];
+            if (!isfinite(v) || v == 0.0f)
+                return mha_fail(MHA_ERR_BAD_ARGUMENT,
+                                "pool.scales[b=%lld, s=%lld, h=%lld] (%g) "
+                                "of slots[%lld] is not a finite nonzero "
+                                "number",
+                                (long long)(slots[t] / d.seq),
+                                (long long)(slots[t] % d.seq), (long long)h,
+                                (double)v, (long long)t);
+        }
+    }
+    for (int64_t t = 0; t < n; t++) {
+        if (slots[t] < 0)
+            continue;
+        mha_tensor x, y;
+        token_views(src, &d, t, slots[t], &x, &y);
+        if (scales_out)
+            compute_scales(&x, &y, qmax, (float *)y.scales.data);
+        quantize_rows(&x, &y, y.scales.data);
+    }
     return MHA_OK;
 }

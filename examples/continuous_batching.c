@@ -8,9 +8,11 @@
  * that makes up each token's q, k and v; the attention calls are real.
  * Once per step one sequence is checked against a contiguous mha_attention
  * call on its gathered keys. Prints steps, tokens and tokens per second.
+ * An 8-bit cache (i8, fp8_e4m3, fp8_e5m2) is written by slot with
+ * mha_quantize_paged, one scale per (slot, kv head).
  *
- *   continuous_batching [f32|f16] [requests] [threads]
- *                                       (default f32 12 0 = all threads)
+ *   continuous_batching [f32|f16|bf16|i8|fp8_e4m3|fp8_e5m2] [requests]
+ *                       [threads]     (default f32 12 0 = all threads)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -47,10 +49,26 @@ static int n_free;
 static int take_block(void) { return n_free > 0 ? free_list[--n_free] : -1; }
 static void give_block(int32_t b) { free_list[n_free++] = b; }
 
+/* The pools: K and V [POOL, BLOCK, HKV, D] of one dtype, and for an 8-bit
+ * one their scales [POOL, BLOCK, HKV]. */
+typedef struct {
+    mha_dtype dt;
+    void *k, *v;
+    float *ks, *vs;
+} pools;
+
+static mha_tensor pool_view(const pools *p, int value)
+{
+    mha_tensor t =
+        mha_tensor_bshd_typed(value ? p->v : p->k, p->dt, POOL, BLOCK, HKV, D);
+    if (mha_dtype_size(p->dt) == 1)
+        t.scales = (mha_scales){value ? p->vs : p->ks, BLOCK * HKV, HKV, 1};
+    return t;
+}
+
 /* Writes token pos of request r (its K and V, all kv heads) into the
  * request's block for pos, taking a new block when pos starts one. */
-static int append(request *rq, int r, int pos, void *kpool, void *vpool,
-                  mha_dtype dt)
+static int append(request *rq, int r, int pos, const pools *p)
 {
     if (pos % BLOCK == 0) {
         int b = take_block();
@@ -65,27 +83,44 @@ static int append(request *rq, int r, int pos, void *kpool, void *vpool,
         k[i] = act((unsigned)pos, i, 2u * (unsigned)r + 1u);
         v[i] = act((unsigned)pos, i, 2u * (unsigned)r + 2u);
     }
-    if (dt == MHA_F16) {
-        mha_f32_to_f16(k, HKV * D, (uint16_t *)kpool + at);
-        mha_f32_to_f16(v, HKV * D, (uint16_t *)vpool + at);
+    if (mha_dtype_size(p->dt) == 1) { /* the slot's codes and scales */
+        int64_t slot = (int64_t)rq->table[pos / BLOCK] * BLOCK + pos % BLOCK;
+        mha_tensor src = mha_tensor_bshd(k, 1, 1, HKV, D);
+        mha_tensor kp = pool_view(p, 0), vp = pool_view(p, 1);
+        kp.scales.data = vp.scales.data = NULL; /* computed */
+        if (mha_quantize_paged(&src, &kp, &slot, p->ks) != MHA_OK)
+            return -1;
+        src.data = v;
+        return mha_quantize_paged(&src, &vp, &slot, p->vs) == MHA_OK ? 0 : -1;
+    }
+    if (p->dt == MHA_F16) {
+        mha_f32_to_f16(k, HKV * D, (uint16_t *)p->k + at);
+        mha_f32_to_f16(v, HKV * D, (uint16_t *)p->v + at);
+    } else if (p->dt == MHA_BF16) {
+        mha_f32_to_bf16(k, HKV * D, (uint16_t *)p->k + at);
+        mha_f32_to_bf16(v, HKV * D, (uint16_t *)p->v + at);
     } else {
-        memcpy((float *)kpool + at, k, sizeof k);
-        memcpy((float *)vpool + at, v, sizeof v);
+        memcpy((float *)p->k + at, k, sizeof k);
+        memcpy((float *)p->v + at, v, sizeof v);
     }
     return 0;
 }
 
 /* Request r's first n keys (or values) gathered into a contiguous
- * [1, n, HKV, D] array of the pool's dtype. */
+ * [1, n, HKV, D] array of the pool's dtype (and their scales into
+ * dst_scales [n, HKV] when scales is not NULL). */
 static void gather(const request *rq, const void *pool, size_t es, int n,
-                   void *dst)
+                   void *dst, const float *scales, float *dst_scales)
 {
-    for (int j = 0; j < n; j++)
+    for (int j = 0; j < n; j++) {
+        size_t slot = (size_t)rq->table[j / BLOCK] * BLOCK + j % BLOCK;
         memcpy((char *)dst + (size_t)j * HKV * D * es,
-               (const char *)pool +
-                   ((size_t)rq->table[j / BLOCK] * BLOCK + j % BLOCK) * HKV *
-                       D * es,
+               (const char *)pool + slot * HKV * D * es,
                (size_t)HKV * D * es);
+        if (scales)
+            memcpy(dst_scales + (size_t)j * HKV, scales + slot * HKV,
+                   HKV * sizeof *scales);
+    }
 }
 
 /* Sequence `which` of the step (rows [q0, q0 + lq) of q and out, keys
@@ -93,16 +128,20 @@ static void gather(const request *rq, const void *pool, size_t es, int n,
  * keys. Returns the largest difference. */
 static double check(const mha_engine *e, const request *rq, const float *q,
                     const float *out, int q0, int lq, int lk,
-                    const void *kpool, const void *vpool, mha_dtype dt)
+                    const pools *p)
 {
+    mha_dtype dt = p->dt;
     size_t es = mha_dtype_size(dt);
+    int scaled = es == 1;
     void *k = malloc((size_t)lk * HKV * D * es);
     void *v = malloc((size_t)lk * HKV * D * es);
     float *o = malloc((size_t)lq * H * D * sizeof *o);
+    float *ks = malloc((size_t)lk * HKV * sizeof *ks);
+    float *vs = malloc((size_t)lk * HKV * sizeof *vs);
     double worst = INFINITY;
-    if (k && v && o) {
-        gather(rq, kpool, es, lk, k);
-        gather(rq, vpool, es, lk, v);
+    if (k && v && o && ks && vs) {
+        gather(rq, p->k, es, lk, k, scaled ? p->ks : NULL, ks);
+        gather(rq, p->v, es, lk, v, scaled ? p->vs : NULL, vs);
         mha_mask mask = {.causal = MHA_CAUSAL_BOTTOM_RIGHT};
         mha_attention_args a = {
             .q = mha_tensor_bshd_typed(q + (size_t)q0 * H * D, MHA_F32, 1,
@@ -111,23 +150,34 @@ static double check(const mha_engine *e, const request *rq, const float *q,
             .v = mha_tensor_bshd_typed(v, dt, 1, lk, HKV, D),
             .out = mha_tensor_bshd(o, 1, lq, H, D),
             .mask = &mask};
+        if (scaled) {
+            a.k.scales = (mha_scales){ks, 0, HKV, 1};
+            a.v.scales = (mha_scales){vs, 0, HKV, 1};
+        }
         if (mha_attention(e, &a) == MHA_OK) {
             worst = 0.0;
             for (size_t i = 0; i < (size_t)lq * H * D; i++)
                 worst = fmax(worst, fabs(o[i] - out[(size_t)q0 * H * D + i]));
         }
     }
-    free(k), free(v), free(o);
+    free(k), free(v), free(o), free(ks), free(vs);
     return worst;
 }
 
 int main(int argc, char **argv)
 {
-    mha_dtype dt = argc > 1 && strcmp(argv[1], "f16") == 0 ? MHA_F16 : MHA_F32;
-    if (argc > 1 && strcmp(argv[1], "f16") != 0 && strcmp(argv[1], "f32") != 0) {
-        fprintf(stderr, "usage: %s [f32|f16] [requests] [threads]\n", argv[0]);
+    static const mha_dtype kinds[] = {MHA_F32, MHA_F16, MHA_BF16, MHA_I8,
+                                      MHA_FP8_E4M3, MHA_FP8_E5M2};
+    int kind = argc > 1 ? -1 : 0;
+    for (int i = 0; argc > 1 && i < 6; i++)
+        if (strcmp(argv[1], mha_dtype_name(kinds[i])) == 0)
+            kind = i;
+    if (kind < 0) {
+        fprintf(stderr, "usage: %s [f32|f16|bf16|i8|fp8_e4m3|fp8_e5m2] "
+                "[requests] [threads]\n", argv[0]);
         return 2;
     }
+    mha_dtype dt = kinds[kind];
     int n_req = argc > 2 ? atoi(argv[2]) : 12;
     int threads = argc > 3 ? atoi(argv[3]) : 0;
     if (n_req < 1 || n_req > MAX_REQ || threads < 0) {
@@ -144,13 +194,15 @@ int main(int argc, char **argv)
         give_block(b);
 
     size_t es = mha_dtype_size(dt), pool_elems = (size_t)POOL * BLOCK * HKV * D;
-    void *kpool = malloc(pool_elems * es), *vpool = malloc(pool_elems * es);
+    pools pool = {dt, malloc(pool_elems * es), malloc(pool_elems * es),
+                  malloc((size_t)POOL * BLOCK * HKV * sizeof(float)),
+                  malloc((size_t)POOL * BLOCK * HKV * sizeof(float))};
     /* Per step at most CHUNK rows per request. */
     float *q = malloc((size_t)MAX_REQ * CHUNK * H * D * sizeof *q);
     float *out = malloc((size_t)MAX_REQ * CHUNK * H * D * sizeof *out);
     int32_t cu[MAX_REQ + 1], lens[MAX_REQ], table[MAX_REQ * MAX_BLOCKS];
     int who[MAX_REQ];
-    if (!kpool || !vpool || !q || !out) {
+    if (!pool.k || !pool.v || !pool.ks || !pool.vs || !q || !out) {
         fprintf(stderr, "out of memory\n");
         return 1;
     }
@@ -182,8 +234,9 @@ int main(int argc, char **argv)
                 for (unsigned c = 0; c < H * D; c++)
                     q[((size_t)rows + i) * H * D + c] =
                         act((unsigned)pos, c, 1000u + (unsigned)r);
-                if (append(x, r, pos, kpool, vpool, dt) != 0) {
-                    fprintf(stderr, "the pool of %d blocks is full\n", POOL);
+                if (append(x, r, pos, &pool) != 0) {
+                    fprintf(stderr, "the pool of %d blocks is full, or: %s\n",
+                            POOL, mha_last_error());
                     return 1;
                 }
             }
@@ -208,8 +261,8 @@ int main(int argc, char **argv)
             .batch = n,
             .q = mha_tensor_bshd(q, 1, rows, H, D),
             .cu_seqlens_q = cu,
-            .k = mha_tensor_bshd_typed(kpool, dt, POOL, BLOCK, HKV, D),
-            .v = mha_tensor_bshd_typed(vpool, dt, POOL, BLOCK, HKV, D),
+            .k = pool_view(&pool, 0),
+            .v = pool_view(&pool, 1),
             .paged = &paged,
             .out = mha_tensor_bshd(out, 1, rows, H, D),
             .causal = MHA_CAUSAL_BOTTOM_RIGHT};
@@ -224,7 +277,7 @@ int main(int argc, char **argv)
         /* One sequence per step (in turn) against a contiguous call. */
         int s = steps % n;
         double diff = check(engine, &rq[who[s]], q, out, cu[s],
-                            cu[s + 1] - cu[s], lens[s], kpool, vpool, dt);
+                            cu[s + 1] - cu[s], lens[s], &pool);
         worst = fmax(worst, diff);
         if (!(diff <= 1e-4)) {
             fprintf(stderr, "step %d, request %d: differs from a contiguous "
@@ -259,6 +312,7 @@ int main(int argc, char **argv)
            prefill_tokens, decode_tokens, seconds,
            seconds > 0 ? (double)tokens / seconds : 0.0, worst);
     mha_engine_destroy(engine);
-    free(kpool), free(vpool), free(q), free(out);
+    free(pool.k), free(pool.v), free(pool.ks), free(pool.vs), free(q),
+        free(out);
     return 0;
 }

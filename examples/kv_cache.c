@@ -23,8 +23,8 @@ enum { H = 32, HKV = 8, D = 128 };
 
 /* Writes token pos's k and v (all kv heads) into the cache; an 8-bit
  * cache also gets the rows' scales (ks, vs: [capacity, HKV]). */
-static void append(void *kc, void *vc, float *ks, float *vs, mha_dtype dt,
-                   unsigned pos)
+static mha_status append(void *kc, void *vc, float *ks, float *vs,
+                         mha_dtype dt, unsigned pos)
 {
     size_t at = (size_t)pos * HKV * D;
     if (mha_dtype_size(dt) == 1) {
@@ -35,10 +35,10 @@ static void append(void *kc, void *vc, float *ks, float *vs, mha_dtype dt,
         mha_tensor dst = mha_tensor_bshd((char *)kc + at, 1, 1, HKV, D);
         dst.dtype = dt;
         dst.scales.stride_head = 1;
-        mha_quantize(&src, &dst, ks + (size_t)pos * HKV);
+        mha_status st = mha_quantize(&src, &dst, ks + (size_t)pos * HKV);
         src.data = v, dst.data = (char *)vc + at;
-        mha_quantize(&src, &dst, vs + (size_t)pos * HKV);
-        return;
+        return st != MHA_OK ? st
+                            : mha_quantize(&src, &dst, vs + (size_t)pos * HKV);
     }
     for (unsigned i = 0; i < HKV * D; i++) {
         float k = act(pos, i, 1), v = act(pos, i, 2);
@@ -53,6 +53,7 @@ static void append(void *kc, void *vc, float *ks, float *vs, mha_dtype dt,
             narrow(&v, 1, (uint16_t *)vc + at + i);
         }
     }
+    return MHA_OK;
 }
 
 int main(int argc, char **argv)
@@ -86,8 +87,8 @@ int main(int argc, char **argv)
     a.mask = &mask;
 
     /* Prefill: the whole prompt attends to itself. */
-    for (int t = 0; t < prompt; t++) {
-        append(kc, vc, ks, vs, dt, (unsigned)t);
+    for (int t = 0; t < prompt && st == MHA_OK; t++) {
+        st = append(kc, vc, ks, vs, dt, (unsigned)t);
         for (unsigned i = 0; i < H * D; i++)
             q[(size_t)t * H * D + i] = act((unsigned)t, i, 3);
     }
@@ -109,7 +110,8 @@ int main(int argc, char **argv)
     /* Decode: one new token at a time against the growing cache. */
     double checksum = 0;
     for (int t = prompt; t < capacity && st == MHA_OK; t++) {
-        append(kc, vc, ks, vs, dt, (unsigned)t);
+        if ((st = append(kc, vc, ks, vs, dt, (unsigned)t)) != MHA_OK)
+            break;
         for (unsigned i = 0; i < H * D; i++)
             q[i] = act((unsigned)t, i, 3);
         a.q = mha_tensor_bshd(q, 1, 1, H, D);

@@ -194,18 +194,41 @@ typedef struct mha_tensor {
  * scales_out, and scales_out must not overlap src or dst): each scale is
  * absmax / 127, / 448 or / 57344 over the finite elements of the rows that
  * share it (a stride of 0 shares it: all strides 0 is one scale for the
- * tensor), raised to FLT_MIN when smaller (an all-zero row gets FLT_MIN,
- * never 0). Then each element x becomes the code nearest x / scale
+ * tensor), raised to FLT_MIN when smaller; rows with no nonzero finite
+ * element (all zeros, or only NaN and infinities) get 1, never 0. Then
+ * each element x becomes the code nearest x / scale
  * (computed in double), ties to even, saturated to the largest finite code
  * (+-127, +-448, +-57344). NaN becomes 0 (int8, which has no NaN) or NaN
  * (fp8, sign kept); +-infinity saturates to +-127 and +-448 and stays
  * +-infinity in E5M2, which has one. Like every function, validates
- * everything before writing anything. A paged cache (mha_paged_kv) is
- * written block by block: dst a view of the block's slots [s0, s1)
- * (data and scales.data at the block's slot s0), src the rows that go
- * there. */
+ * everything before writing anything. A paged cache: mha_quantize_paged. */
 MHA_API mha_status mha_quantize(const mha_tensor *src, const mha_tensor *dst,
                                 float *scales_out);
+
+/* Writes tokens into a quantised paged cache (mha_paged_kv) by slot, as
+ * vLLM's slot_mapping does: src (MHA_F32) holds n = src->batch * src->seq
+ * tokens, token t at (t / seq, t % seq), each of src->heads rows of
+ * src->dim; pool views the pool [num_blocks, block_size, Hkv, d] (batch =
+ * num_blocks, seq = block_size, any strides, heads and dim those of src;
+ * MHA_I8, MHA_FP8_E4M3 or MHA_FP8_E5M2). Token t goes to slot slots[t]:
+ * block slots[t] / block_size, position slots[t] % block_size; a negative
+ * slot skips the token (a padding token), a slot past num_blocks *
+ * block_size is MHA_ERR_BAD_ARGUMENT. Each token's rows are quantised
+ * exactly as mha_quantize quantises a [1, 1, heads, dim] tensor. With
+ * scales_out NULL the scales are the caller's (pool->scales): only those
+ * of the written slots are read and must be finite and nonzero, so unused
+ * blocks may hold anything. Otherwise each written slot's scales are
+ * computed (per row, or per token when pool->scales.stride_head is 0) and
+ * written to scales_out at pool->scales' strides, which must give distinct
+ * slots distinct scales (MHA_ERR_BAD_STRIDE). Nothing outside the written
+ * slots (and their scales) changes. Tokens are written in order, so of two
+ * tokens with one slot the later one stays. slots must not overlap the
+ * pool or its scales. Validates everything, every slot included, before
+ * writing anything. */
+MHA_API mha_status mha_quantize_paged(const mha_tensor *src,
+                                      const mha_tensor *pool,
+                                      const int64_t *slots,
+                                      float *scales_out);
 
 /* Packed [B, S, H, D] (PyTorch batch_first, heads split from E). */
 MHA_API mha_tensor mha_tensor_bshd(void *data, int64_t batch, int64_t seq,

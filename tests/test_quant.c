@@ -11,8 +11,12 @@
  *    scales) against the oracle on the dequantised values at TOL_ATTN on
  *    every ISA; the error against the unquantised fp32 K/V is printed (a
  *    property of the format, not checked against a tolerance);
- *  - bad scales and bad mha_quantize arguments: status, message, outputs
- *    untouched.
+ *  - mha_quantize_paged: every written slot bit for bit mha_quantize's
+ *    codes and scales of its token, everything else untouched (skipped
+ *    and repeated slots, [B, L, H, D] and [B, H, L, D] pools, computed per
+ *    row or per token, or given);
+ *  - bad scales and bad mha_quantize / mha_quantize_paged arguments:
+ *    status, message, outputs untouched.
  */
 #include <float.h>
 #include <math.h>
@@ -501,7 +505,16 @@ START_TEST(bad_quantize)
          src, dst, sc},
         {"dst overlaps itself", MHA_ERR_BAD_STRIDE, "dst", src, dst, sc},
         {"scales_out on src", MHA_ERR_BAD_STRIDE, "scales_out", src, dst, x},
+        {"given scale 0", MHA_ERR_BAD_ARGUMENT, "dst.scales[b=0, s=1, h=0]",
+         src, dst, NULL},
+        {"given scale NaN", MHA_ERR_BAD_ARGUMENT, "dst.scales[b=0, s=1, h=0]",
+         src, dst, NULL},
+        {"given scale -inf", MHA_ERR_BAD_ARGUMENT,
+         "dst.scales[b=0, s=1, h=0]", src, dst, NULL},
     };
+    const float given[3][2] = {{1.0f, 0.0f}, {1.0f, NAN}, {1.0f, -INFINITY}};
+    for (int i = 0; i < 3; i++)
+        rows[9 + i].d.scales.data = given[i];
     rows[0].d.dtype = MHA_F16;
     rows[1].s.dtype = MHA_I8;
     rows[2].s.dtype = MHA_BF16;
@@ -529,6 +542,183 @@ START_TEST(bad_quantize)
 }
 END_TEST
 
+/* ---- mha_quantize_paged ------------------------------------------------ */
+
+/* A pool of NB blocks of BS slots, H heads of D, written by slot: loop
+ * index over dtype (3) x pool order (bshd, bhsd) x scales (computed per
+ * row, computed per token, given per row). Oracle: each written slot
+ * holds, bit for bit, mha_quantize's codes and scales of that token as a
+ * [1, 1, H, D] tensor (mha_quantize is checked against the reference
+ * decoders above); every other byte and scale is untouched. */
+enum { PNB = 5, PBS = 3, PH = 2, PD = 8, PT = 9 };
+
+START_TEST(quantize_paged)
+{
+    const mha_dtype dt = QTYPES[_i % 3];
+    const int bhsd = (_i / 3) % 2, mode = _i / 6; /* 0 row, 1 token, 2 given */
+    float x[PT * PH * PD];
+    fill_uniform(&(test_rng){40u + (unsigned)_i}, x, PT * PH * PD);
+    x[5] = NAN, x[17] = INFINITY, x[40] = 0.0f; /* specials pass through */
+    /* src [3, 3, H, D]: tokens t = b * 3 + s. Slots out of order, a
+     * padding token (-1), two tokens on slot 7 (the later stays), slots in
+     * the first and the last block. */
+    const int64_t slots[PT] = {7, 0, 14, -1, 4, 7, 9, 13, 2};
+    mha_tensor src = mha_tensor_bshd(x, 3, 3, PH, PD);
+    uint8_t pool[PNB * PBS * PH * PD];
+    float sc[PNB * PBS * PH];
+    memset(pool, 0x5A, sizeof pool);
+    for (int i = 0; i < PNB * PBS * PH; i++)
+        sc[i] = mode == 2 ? 0.01f * (float)(i + 1) : -7.0f;
+    sc[PH * 5] = NAN; /* slot 5 is not written: its scales are not read */
+    mha_tensor pt = bhsd ? mha_tensor_bhsd_typed(pool, dt, PNB, PBS, PH, PD)
+                         : mha_tensor_bshd_typed(pool, dt, PNB, PBS, PH, PD);
+    pt.scales.stride_batch = PBS * PH;
+    pt.scales.stride_seq = PH;
+    pt.scales.stride_head = mode == 1 ? 0 : 1;
+    if (mode == 2)
+        pt.scales.data = sc;
+    uint8_t pool0[sizeof pool];
+    float sc0[PNB * PBS * PH];
+    memcpy(pool0, pool, sizeof pool);
+    memcpy(sc0, sc, sizeof sc);
+    mha_status st = mha_quantize_paged(&src, &pt, slots, mode == 2 ? NULL : sc);
+    ck_assert_msg(st == MHA_OK, "%s", mha_last_error());
+
+    for (int slot = 0; slot < PNB * PBS; slot++) {
+        int blk = slot / PBS, off = slot % PBS, t = -1;
+        for (int u = 0; u < PT; u++)
+            if (slots[u] == slot)
+                t = u; /* the later token stays */
+        for (int h = 0; h < PH; h++) {
+            const int64_t at = blk * pt.stride_batch + off * pt.stride_seq +
+                               h * pt.stride_head;
+            const int si = slot * PH + (mode == 1 ? 0 : h);
+            if (t < 0) {
+                ck_assert_msg(memcmp(pool + at, pool0 + at, PD) == 0 &&
+                                  (same_or_nan(sc[slot * PH + h],
+                                               sc0[slot * PH + h])),
+                              "slot %d head %d changed", slot, h);
+                continue;
+            }
+            /* The oracle: token t alone through mha_quantize. */
+            uint8_t want[PH * PD];
+            float want_sc[PH] = {sc0[slot * PH], sc0[slot * PH + 1]};
+            mha_tensor one = mha_tensor_bshd(x + t * PH * PD, 1, 1, PH, PD);
+            mha_tensor dst = mha_tensor_bshd_typed(want, dt, 1, 1, PH, PD);
+            dst.scales.stride_head = pt.scales.stride_head;
+            if (mode == 2)
+                dst.scales.data = want_sc;
+            ck_assert(mha_quantize(&one, &dst, mode == 2 ? NULL : want_sc) ==
+                      MHA_OK);
+            REQUIRE(memcmp(pool + at, want + h * PD, PD) == 0,
+                    "%s %s mode %d: slot %d head %d (token %d): codes differ "
+                    "from mha_quantize's", mha_dtype_name(dt),
+                    bhsd ? "bhsd" : "bshd", mode, slot, h, t);
+            REQUIRE(sc[si] == want_sc[mode == 1 ? 0 : h],
+                    "slot %d head %d: scale %a, want %a", slot, h,
+                    (double)sc[si], (double)want_sc[mode == 1 ? 0 : h]);
+        }
+        if (mode == 1 && t >= 0) /* the second scale of the slot: unused */
+            ck_assert(sc[slot * PH + 1] == sc0[slot * PH + 1]);
+    }
+}
+END_TEST
+
+START_TEST(bad_quantize_paged)
+{
+    float x[2 * 2 * 4], sc[4 * 2 * 2], other = 1.0f;
+    uint8_t pool[4 * 2 * 2 * 4];
+    int64_t slots[2] = {3, 6};
+    fill_uniform(&(test_rng){9}, x, 16);
+    for (int i = 0; i < 16; i++)
+        sc[i] = 0.5f;
+    sc[0] = 0.0f; /* slot 0 is not written: accepted */
+    memset(pool, 0x33, sizeof pool);
+    mha_tensor src = mha_tensor_bshd(x, 1, 2, 2, 4);
+    mha_tensor pt = mha_tensor_bshd_typed(pool, MHA_I8, 4, 2, 2, 4);
+    pt.scales = (mha_scales){sc, 4, 2, 1};
+    ck_assert_msg(mha_quantize_paged(&src, &pt, slots, NULL) == MHA_OK, "%s",
+                  mha_last_error());
+    struct {
+        const char *what;
+        mha_status st;
+        const char *field;
+        int64_t slot1;
+        int computed;
+    } rows[] = {
+        {"slot past the pool", MHA_ERR_BAD_ARGUMENT, "slots[1]", 8, 0},
+        {"zero scale of a written slot", MHA_ERR_BAD_ARGUMENT,
+         "pool.scales[b=2, s=1, h=1]", 5, 0},
+        {"NaN scale of a written slot", MHA_ERR_BAD_ARGUMENT,
+         "pool.scales[b=2, s=1, h=1]", 5, 0},
+        {"infinite scale of a written slot", MHA_ERR_BAD_ARGUMENT,
+         "pool.scales[b=2, s=1, h=1]", 5, 0},
+        {"computed scales shared by slots", MHA_ERR_BAD_STRIDE,
+         "pool.scales", 6, 1},
+        {"pool.heads differs", MHA_ERR_BAD_SHAPE, "pool.heads", 6, 0},
+        {"pool f16", MHA_ERR_UNSUPPORTED, "pool.dtype", 6, 0},
+        {"no pool scales", MHA_ERR_NULL_POINTER, "pool.scales.data", 6, 0},
+        {"slots inside the pool", MHA_ERR_BAD_STRIDE, "slots", 6, 0},
+        {"scales_out differs from pool.scales", MHA_ERR_BAD_ARGUMENT,
+         "scales_out", 6, 1},
+        {"pool overlaps src", MHA_ERR_BAD_STRIDE, "pool", 6, 0},
+    };
+    const float bad[4] = {0.0f, 0.0f, NAN, INFINITY};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        float scb[16];
+        uint8_t pb[sizeof pool];
+        int64_t sl[2] = {3, rows[i].slot1};
+        memcpy(scb, sc, sizeof sc);
+        memcpy(pb, pool, sizeof pool);
+        mha_tensor p = pt, s = src;
+        p.data = pb, p.scales.data = scb;
+        const int64_t *slp = sl;
+        float *out = NULL;
+        if (i >= 1 && i <= 3)
+            scb[2 * 4 + 1 * 2 + 1] = bad[i];
+        if (rows[i].computed) {
+            p.scales.data = NULL, out = scb;
+            if (i == 4)
+                p.scales.stride_seq = 0;
+            else
+                p.scales.data = &other;
+        }
+        if (i == 5)
+            p.heads = 1;
+        if (i == 6)
+            p.dtype = MHA_F16;
+        if (i == 7)
+            p.scales.data = NULL;
+        if (i == 8) {
+            memcpy(pb, sl, sizeof sl);
+            slp = (const int64_t *)pb;
+        }
+        if (i == 10)
+            s.data = pb;
+        uint8_t pb0[sizeof pool];
+        float scb0[16];
+        memcpy(pb0, pb, sizeof pool);
+        memcpy(scb0, scb, sizeof scb);
+        mha_status st = mha_quantize_paged(&s, &p, slp, out);
+        ck_assert_msg(st == rows[i].st, "%s: %s (%s)", rows[i].what,
+                      mha_status_string(st), mha_last_error());
+        ck_assert_msg(strstr(mha_last_error(), rows[i].field),
+                      "%s: message '%s' does not name %s", rows[i].what,
+                      mha_last_error(), rows[i].field);
+        ck_assert_msg(memcmp(pb0, pb, sizeof pool) == 0 &&
+                          memcmp(scb0, scb, sizeof scb) == 0,
+                      "%s: output written", rows[i].what);
+    }
+    ck_assert(mha_quantize_paged(&src, &pt, NULL, NULL) ==
+              MHA_ERR_NULL_POINTER);
+    ck_assert(strstr(mha_last_error(), "slots"));
+    ck_assert(mha_quantize_paged(NULL, &pt, slots, NULL) ==
+              MHA_ERR_NULL_POINTER);
+    ck_assert(mha_quantize_paged(&src, NULL, slots, NULL) ==
+              MHA_ERR_NULL_POINTER);
+}
+END_TEST
+
 Suite *suite_quant(void)
 {
     Suite *s = suite_create("quant");
@@ -540,6 +730,8 @@ Suite *suite_quant(void)
     tcase_add_loop_test(tc, attention_vs_oracle, 0, N_QCASES);
     tcase_add_loop_test(tc, bad_scales, 0, N_QBAD);
     tcase_add_test(tc, bad_quantize);
+    tcase_add_loop_test(tc, quantize_paged, 0, 18);
+    tcase_add_test(tc, bad_quantize_paged);
     tcase_add_test(tc, scale_scan);
     suite_add_tcase(s, tc);
     return s;
