@@ -209,7 +209,7 @@ mha_status mha_quantize(const mha_tensor *src, const mha_tensor *dst,
                         float *scales_out)
 {
     mha_tensor d;
-    float qmax;
+    float qmax = 0.0f;
     mha_span rd;
     mha_status st = check_pair(src, dst, "dst", scales_out, !scales_out, &d,
                                &qmax, &rd);
@@ -253,8 +253,8 @@ mha_status mha_quantize_paged(const mha_tensor *src, const mha_tensor *pool,
                               const int64_t *slots, float *scales_out)
 {
     mha_tensor d;
-    float qmax;
-    mha_span rp;
+    float qmax = 0.0f;
+    mha_span rp = {0, 0};
     /* Scale values are checked below, for the written slots only. */
     mha_status st =
         check_pair(src, pool, "pool", scales_out, 0, &d, &qmax, &rp);
