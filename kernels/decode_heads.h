@@ -22,16 +22,25 @@
 #ifndef MK_DECODE_HEADS_H
 #define MK_DECODE_HEADS_H
 
-/* The fetch ahead (prefetch_run, MK_HEADS_AHEAD positions on): always
- * through a row table (a paged cache's runs jump between cache blocks);
- * in a dense cache only for fp32 and 8-bit runs of at most a page (a few
- * kv heads, or 8-bit codes): there it measured 1.1-1.25x, while 16-bit
- * runs (0.9x) and longer runs (8 KiB and more: 0.8-0.97x) go faster on
- * the hardware prefetchers alone (docs/benchmarks.md). */
-#define MK_HEADS_DENSE_RUN 4096
-INLINE int fetch_dense(mk_dtype t, size_t run)
+/* The fetch ahead, MK_HEADS_AHEAD positions on, spread: each kv head's
+ * row of the position ahead is fetched just before the head's own work on
+ * the current position, not the position's whole run at once. A burst of
+ * one prefetch per line of the run (64 for 4 KiB of fp32 heads) stalls on
+ * the core's outstanding misses with no work to overlap (perf put 25-40%
+ * of the decode kernels' samples on the burst through a paged cache's row
+ * table); spread among the FMAs it hides, in a paged cache (the runs jump
+ * between cache blocks) and in a dense one alike, where it now beats the
+ * hardware prefetchers alone for every dtype (1T, Zen 5: paged fp32
+ * 1.45x, dense fp16 [B, L, H, D] 1.23-1.29x; docs/benchmarks.md). Returns
+ * the run MK_HEADS_AHEAD positions on from j, or NULL past what the call
+ * may read (reach = n + more). */
+INLINE const char *fetch_ahead(const void *base, ptrdiff_t ld,
+                               const void *const *rows, size_t es, int64_t j,
+                               int64_t reach)
 {
-    return run <= MK_HEADS_DENSE_RUN && mk_dtype_size(t) != 2;
+    if (j + MK_HEADS_AHEAD >= reach)
+        return NULL;
+    return mk_decode_row(base, ld, rows, es, j + MK_HEADS_AHEAD);
 }
 
 INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
@@ -43,29 +52,24 @@ INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
 {
     const size_t es = mk_dtype_size(t);
     const int64_t group = G > 0 ? G : h->group;
-    const size_t hb = (size_t)h->ld * es, run = mk_heads_bytes(m, h, d, es);
-    const int dense = fetch_dense(t, run);
+    const size_t hb = (size_t)h->ld * es;
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(k, ldk, k_rows, es, j);
-        if (j + MK_HEADS_AHEAD < n + h->more) {
-            if (k_rows)
-                prefetch_run(k_rows[j + MK_HEADS_AHEAD], run);
-            else if (dense)
-                prefetch_run(mk_decode_row(k, ldk, NULL, es,
-                                           j + MK_HEADS_AHEAD),
-                             run);
-        }
+        const char *ahead =
+            fetch_ahead(k, ldk, k_rows, es, j, n + h->more);
         const float *sj = mk_dtype_scaled(t) ? ks + j * ks_ld : NULL;
-        if (G > 0) /* whole kv heads (MK_HEADS_GROUP_SWITCH) */
-            for (int64_t g = 0, i = 0; i < m; g++, i += G)
+        for (int64_t g = 0, i = 0; i < m; g++, i += group) {
+            if (ahead)
+                prefetch_run(ahead + g * hb, (size_t)d * es);
+            if (G > 0) /* whole kv heads (MK_HEADS_GROUP_SWITCH) */
                 rows_dot(q + i * ldq, ldq, G, row + g * hb, t,
                          sj ? sj[g * h->scale_ld] : 1.0f, d,
                          s + i * lds + j, lds);
-        else
-            for (int64_t g = 0, i = 0; i < m; g++, i += group)
+            else
                 rows_dot(q + i * ldq, ldq, m - i < group ? m - i : group,
                          row + g * hb, t, sj ? sj[g * h->scale_ld] : 1.0f, d,
                          s + i * lds + j, lds);
+        }
     }
 }
 
@@ -81,19 +85,14 @@ INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
 {
     const size_t es = mk_dtype_size(t);
     const int64_t group = G > 0 ? G : h->group;
-    const size_t hb = (size_t)h->ld * es, run = mk_heads_bytes(m, h, dv, es);
-    const int dense = fetch_dense(t, run);
+    const size_t hb = (size_t)h->ld * es;
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(v, ldv, v_rows, es, j);
-        if (j + MK_HEADS_AHEAD < n + h->more) {
-            if (v_rows)
-                prefetch_run(v_rows[j + MK_HEADS_AHEAD], run);
-            else if (dense)
-                prefetch_run(mk_decode_row(v, ldv, NULL, es,
-                                           j + MK_HEADS_AHEAD),
-                             run);
-        }
+        const char *ahead =
+            fetch_ahead(v, ldv, v_rows, es, j, n + h->more);
         for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += group) {
+            if (ahead)
+                prefetch_run(ahead + g * hb, (size_t)dv * es);
             const int64_t nr = m - i0 < group ? m - i0 : group;
             /* A scaled row's probability takes its scale (and the code
              * factor, exact): one multiply per key and row. */

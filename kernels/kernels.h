@@ -280,15 +280,6 @@ typedef void mk_decode_pv_fn(const float *p, ptrdiff_t ldp, int64_t m,
     default: CALL(0); break;                                              \
     }
 
-/* Bytes of the run of kv heads one position of a block across heads
- * covers: m rows of h->group per head, rows of width elements of es
- * bytes. */
-static inline size_t mk_heads_bytes(int64_t m, const mk_heads *h,
-                                    int64_t width, size_t es)
-{
-    return (size_t)(((m + h->group - 1) / h->group - 1) * h->ld + width) *
-           es;
-}
 
 /* A decode call across kv heads as calls per kv head (heads given): what
  * a table without its own across-heads loop does (generic, NEON). With a

@@ -38,10 +38,10 @@ INLINE void prefetch_row(const char *row, size_t row_bytes)
     _mm_prefetch(row + row_bytes - 1, _MM_HINT_T1);
 }
 
-/* The run of kv heads of a position MK_HEADS_AHEAD positions on, into
- * L1: 8 runs ahead fit it (32 KiB of fp32 at d = 128 and 8 kv heads), and
- * paged fp32 decode measured 1.15-1.25x with T0 over T1
- * (docs/benchmarks.md). */
+/* A kv head's row of a position MK_HEADS_AHEAD positions on, into L1
+ * (decode_heads.h spreads them over the heads' work): 8 positions ahead
+ * fit it (32 KiB of fp32 at d = 128 and 8 kv heads), and paged fp32
+ * decode measured 1.15-1.25x with T0 over T1 (docs/benchmarks.md). */
 INLINE void prefetch_run(const char *run, size_t run_bytes)
 {
     for (size_t off = 0; off < run_bytes; off += 64)

@@ -296,8 +296,8 @@ INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
     }
 }
 
-/* The across-heads loops fetch runs ahead into L2 (T0 measured 0.9x for
- * paged fp16). */
+/* The across-heads loops fetch each kv head's row ahead into L2 (T0
+ * measured 0.9x for paged fp16). */
 INLINE void prefetch_run(const char *run, size_t run_bytes)
 {
     prefetch_row(run, run_bytes);
