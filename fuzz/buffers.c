@@ -18,7 +18,8 @@ void print_stats(void)
         "attention valid", "attention invalid", "attention too big",
         "layer create invalid", "layer valid", "layer forward invalid",
         "layer too big", "elements that must be NaN",
-        "elements of all-masked rows"};
+        "elements of all-masked rows", "quantize valid",
+        "quantize invalid"};
     for (int i = 0; i < NSTATS; i++)
         fprintf(stderr, "%s: %ld\n", names[i], stats[i]);
 }
@@ -223,6 +224,26 @@ void fill_values(buffer *b, mha_dtype dtype, uint64_t seed)
         }
         memcpy(b->data + i, &h, 2);
     }
+}
+
+int is_q8_dtype(mha_dtype dt)
+{
+    return dt == MHA_I8 || dt == MHA_FP8_E4M3 || dt == MHA_FP8_E5M2;
+}
+
+double q8_max(mha_dtype dt)
+{
+    return dt == MHA_I8 ? 127.0 : dt == MHA_FP8_E4M3 ? 448.0 : 57344.0;
+}
+
+uint8_t finite_code(mha_dtype dt, uint64_t bits)
+{
+    uint8_t c = (uint8_t)(bits >> 56);
+    if (dt == MHA_FP8_E4M3 && (c & 0x7F) == 0x7F)
+        c ^= 0x08; /* S.1111.111 (NaN) -> S.1110.111 */
+    else if (dt == MHA_FP8_E5M2 && (c & 0x7C) == 0x7C)
+        c ^= 0x04; /* S.11111.mm (inf, NaN) -> S.11110.mm */
+    return c;
 }
 
 /* Snapshots the call's buffers and its mask's. */

@@ -435,7 +435,8 @@ done:
     free_layer_case(&c);
 }
 
-/* Byte 0: bit 0 picks the layer; then the engine's 2 bytes. */
+/* Byte 0 picks the case (bit 0 the layer, bit 1 a continuous batch, bit 2
+ * quantisation, else attention); then the engine's 2 bytes. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (verbose < 0) {
@@ -449,11 +450,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     detail[0] = '\0';
     snprintf(context, sizeof context, "engine creation");
     mha_engine *engine = make_engine(&in, engine_desc, sizeof engine_desc);
-    /* op 0: attention, odd: the layer, 2 (mod 4): a continuous batch. */
+    /* op 0: attention, odd: the layer, 2 (mod 4): a continuous batch,
+     * 4 (mod 8): mha_quantize or mha_quantize_paged (no engine). */
     if (op & 1)
         fuzz_layer(&in, engine, engine_desc);
     else if (op & 2)
         fuzz_varlen(&in, engine, engine_desc);
+    else if (op & 4)
+        fuzz_quantize(&in, engine_desc);
     else
         fuzz_attention(&in, engine, engine_desc);
     mha_engine_destroy(engine);

@@ -248,3 +248,33 @@ void corrupt_layer(byte_reader *in, layer_case *c)
             c->null_engine = 1;
     }
 }
+
+/* Strides of the scales of an 8-bit K/V cache over [batch, S, H] (blocks,
+ * slots, heads for a pool) from a KS_* code (encoding.h). 0 for KS_NONE
+ * (no scales; strides 0), else 1. */
+int kv_scale_strides(unsigned code, int64_t S, int64_t H, int64_t st[3])
+{
+    int64_t p = (code >> 3) & 3, sb = S * H, ss = H, sh = 1;
+    switch (code & 7) {
+    case KS_ROW_BHS: sb = H * S, ss = 1, sh = S; break;
+    case KS_ROW_PADDED: sh = 1, ss = H + p, sb = S * (H + p) + p; break;
+    case KS_HEAD: sb = ss = 0; break;
+    case KS_TENSOR: {
+        static const int64_t shapes[4][3] = {{0, 0, 0}, {1, 0, 0},
+                                             {-1, 1, 1}, {0, 1, 0}};
+        sb = shapes[p][0] < 0 ? H : shapes[p][0];
+        ss = shapes[p][1], sh = shapes[p][2];
+        break;
+    }
+    case KS_TOKEN: sb = S + p, ss = 1, sh = 0; break;
+    case KS_NEGATIVE: {
+        int64_t *axis[3] = {&sb, &ss, &sh};
+        *axis[p % 3] = -(1 + p);
+        break;
+    }
+    case KS_NONE: sb = ss = sh = 0; break;
+    default: break; /* KS_ROW_BSH */
+    }
+    st[0] = sb, st[1] = ss, st[2] = sh;
+    return (code & 7) != KS_NONE;
+}

@@ -106,4 +106,48 @@ enum { SC_NONE, SC_TENSOR, SC_HEAD, SC_ROW_BSH, SC_ROW_BHS, SC_ROW_PADDED,
        SC_BATCH, SC_NEGATIVE };
 enum { SCV_UNIT, SCV_EXTREME = 4, SCV_ZERO, SCV_NAN, SCV_INF };
 
+/* Scale layouts of an 8-bit K/V cache over its [batch (blocks), seq
+ * (slots), heads] (kv_scale_strides in decode.c; the varlen and quantize
+ * cases): code bits 0-2 a layout, bits 3-4 its parameter p. KS_TENSOR's p:
+ * 0 one scale, 1 one per block (1, 0, 0), 2 rows sharing scales at
+ * nonzero strides (H, 1, 1), 3 one per slot shared by every block
+ * (0, 1, 0). KS_ROW_PADDED pads by p, KS_TOKEN's batch stride is S + p,
+ * KS_NEGATIVE is KS_ROW_BSH with axis p % 3 at -(1 + p); KS_NONE gives no
+ * scales (NULL data). */
+enum { KS_ROW_BSH, KS_ROW_BHS, KS_ROW_PADDED, KS_HEAD, KS_TENSOR, KS_TOKEN,
+       KS_NEGATIVE, KS_NONE };
+
+/* The varlen case's 8-bit K/V (fuzz/varlen.c), 5 bytes after its data
+ * seed (missing: float K/V as before). Quant byte: bits 0-1 k's dtype
+ * (VQ_*: VQ_FLOAT keeps the float dtype of the dtype byte), bits 2-3 v's
+ * (VQ_FLOAT: as k). Then k's and v's scale layouts (KS_*), the bad-scale
+ * byte (bits 0-2 VBAD_*, below VBAD_ZERO none; bit 3 v, else k) and its
+ * index among the scales the call reads. */
+enum { VQ_FLOAT, VQ_I8, VQ_E4M3, VQ_E5M2 };
+enum { VBAD_ZERO = 5, VBAD_NAN, VBAD_INF, VBAD_V = 8 };
+
+/* The quantize case (fuzz/quantize.c): mha_quantize, or with QF_PAGED
+ * mha_quantize_paged. Flags: QF_*. Scale values (given scales): bits 0-2
+ * QV_* (below QV_EXTREME unit scales), QV_UNREAD (bit 3): a bad value goes
+ * to a scale no written slot reads (paged: accepted). Source values:
+ * bits 0-2 a magnitude (QM_*), bits 3-4 a special row (QR_*), QM_TIES
+ * (bit 5): midpoints between codes at power-of-two given scales. Faults:
+ * two bytes of Q_* (codes past Q_FAULTS: none). Aliases: QA_*. Slots: one
+ * byte a token, below QS_MINUS1 code % slots, then QS_*. */
+enum { QF_PAGED = 1, QF_COMPUTED = 2, QF_SCALES_IS_OUT = 4, QF_JUNK = 8 };
+enum { QV_UNIT, QV_EXTREME = 4, QV_ZERO, QV_NAN, QV_INF, QV_UNREAD = 8 };
+enum { QM_UNIT, QM_SMALL = 2, QM_LARGE, QM_SUBNORMAL, QM_HUGE, QM_WIDE,
+       QM_INTEGER };
+enum { QR_NONE, QR_ZERO, QR_NONFINITE, QR_ONE_HUGE };
+enum { QM_TIES = 32 };
+enum { Q_NONE, Q_NULL_SRC, Q_NULL_DST, Q_NULL_SRC_DATA, Q_NULL_DST_DATA,
+       Q_NULL_SLOTS, Q_NULL_SCALES, Q_OTHER_SCALES, Q_SRC_F16,
+       Q_SRC_DTYPE_BAD, Q_DST_F32, Q_DST_DTYPE_BAD, Q_DIM, Q_HEADS, Q_SEQ,
+       Q_ZERO, Q_NEG_DIM, Q_NEG_STRIDE, Q_NEG_SRC_STRIDE, Q_OVERFLOW,
+       Q_SLOT_PAST, Q_FAULTS };
+enum { QA_NONE, QA_DST_IN_SRC, QA_SCALES_IN_SRC, QA_SCALES_IN_DST,
+       QA_SLOTS_IN_POOL, QA_SLOTS_IN_SCALES, QA_ALIASES };
+enum { QS_MINUS1 = 200, QS_INT64_MIN, QS_PAST, QS_INT64_MAX, QS_LAST,
+       QS_MINUS2, QS_ROTATE };
+
 #endif

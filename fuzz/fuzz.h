@@ -28,7 +28,8 @@
  * expect.c (the oracle, over the support library's), buffers.c (buffers,
  * the engine, reporting), cases.c (the attention and layer cases and the
  * entry point), varlen.c (the continuous-batch case, its own model and
- * checks). This header is what they share.
+ * checks), quantize.c (mha_quantize and mha_quantize_paged against a
+ * reference encoder). This header is what they share.
  */
 #ifndef MHA_FUZZ_H
 #define MHA_FUZZ_H
@@ -82,7 +83,8 @@ extern int verbose;
 
 /* What the inputs turned into; FUZZ_STATS=1 prints it at exit. */
 enum { S_ATTN_OK, S_ATTN_FAULT, S_ATTN_SKIP, S_CREATE_FAULT, S_LAYER_OK,
-       S_LAYER_FAULT, S_LAYER_SKIP, S_NAN, S_ZERO_ROW, NSTATS };
+       S_LAYER_FAULT, S_LAYER_SKIP, S_NAN, S_ZERO_ROW, S_QUANT_OK,
+       S_QUANT_FAULT, NSTATS };
 extern long stats[NSTATS];
 
 typedef struct {
@@ -289,6 +291,16 @@ void free_layer_case(layer_case *c);
 void fuzz_layer(byte_reader *in, mha_engine *engine, const char *engine_desc);
 /* varlen.c: one mha_attention_varlen request (packed or paged keys). */
 void fuzz_varlen(byte_reader *in, mha_engine *engine, const char *engine_desc);
+/* quantize.c: one mha_quantize or mha_quantize_paged request. */
+void fuzz_quantize(byte_reader *in, const char *engine_desc);
+int kv_scale_strides(unsigned code, int64_t S, int64_t H, int64_t st[3]);
+/* 1 for MHA_I8, MHA_FP8_E4M3 and MHA_FP8_E5M2; their largest code's
+ * value (127, 448, 57344). */
+int is_q8_dtype(mha_dtype dt);
+double q8_max(mha_dtype dt);
+/* A finite code of an 8-bit dtype from random bits: their top byte, a
+ * NaN or infinity code moved to the finite code one exponent step below. */
+uint8_t finite_code(mha_dtype dt, uint64_t bits);
 size_t elem_size(mha_dtype t);
 
 #endif

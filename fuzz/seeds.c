@@ -246,10 +246,13 @@ static void emit(const char *name, bytes b)
  * kv heads - 1, group - 1, d code, dtype code, form bits (1 paged, 2
  * [B, Lq, H, d] queries, 4 lse, 8 [blocks, Hkv, block, d] pool), causal,
  * block size - 1, Lq - 1, per sequence lq and lk, shuffle seed, sharing,
- * spare blocks, table stride code, fault, data seed. */
+ * spare blocks, table stride code, fault, data seed, then (when any is
+ * set) the 8-bit K/V bytes: dtypes (VQ_*), k's and v's scale layouts
+ * (KS_*), bad scale (VBAD_*) and its index. */
 typedef struct {
     unsigned B, hkv, group, dcode, dtype, form, causal, block, lq0;
     unsigned lq[4], lk[4], share, spare, stride, fault;
+    unsigned quant, kscale, vscale, bad, bad_at;
 } varlen_req;
 
 static bytes varlen_bytes(const varlen_req *r)
@@ -278,10 +281,83 @@ static bytes varlen_bytes(const varlen_req *r)
     put8(&o, r->stride);
     put8(&o, r->fault);
     put32(&o, 777);
+    if (r->quant | r->kscale | r->vscale | r->bad | r->bad_at) {
+        put8(&o, r->quant);
+        put8(&o, r->kscale);
+        put8(&o, r->vscale);
+        put8(&o, r->bad);
+        put8(&o, r->bad_at);
+    }
+    return o;
+}
+
+/* One quantisation request (fuzz/quantize.c's byte order): op 4, the
+ * engine, flags (QF_*), dst dtype (0 int8, 1 E4M3, 2 E5M2), B, S, H, D
+ * (a value of its table), src layout (4 bytes of layout_strides), pool
+ * blocks and block size, dst layout (4), scale layout (KS_*), scale
+ * values (QV_*), bad index, source values (QM_*, QR_* << 3), seed,
+ * specials, alias (QA_*), two faults (Q_*), slot codes (QS_*). Zero sizes
+ * take 1. */
+typedef struct {
+    unsigned flags, dtype;
+    int64_t B, S, H, D;
+    unsigned src[4];
+    int64_t blocks, bs;
+    unsigned dst[4];
+    unsigned kscale, values, bad_at, mode, nspec, spec[4][2], alias;
+    unsigned fault[2], slots[18];
+} quant_req;
+
+static unsigned quant_dim_code(int64_t d)
+{
+    static const int64_t dims[12] = {1, 2, 3, 4, 5, 7, 8, 16, 17, 32, 33, 64};
+    for (unsigned i = 0; i < 12; i++)
+        if (dims[i] == d)
+            return i;
+    fprintf(stderr, "fuzz_seeds: no quantize code for D %lld\n",
+            (long long)d);
+    abort();
+}
+
+static bytes quant_bytes(const quant_req *r)
+{
+    bytes o = {{0}, 0};
+    put8(&o, 4);
+    const engine_req e = {0};
+    put_engine(&o, &e);
+    put8(&o, r->flags);
+    put8(&o, r->dtype);
+    int64_t B = or_default(r->B, 1), S = or_default(r->S, 1);
+    put8(&o, (unsigned)B - 1);
+    put8(&o, (unsigned)S - 1);
+    put8(&o, (unsigned)or_default(r->H, 1) - 1);
+    put8(&o, quant_dim_code(or_default(r->D, 1)));
+    for (int i = 0; i < 4; i++)
+        put8(&o, r->src[i]);
+    put8(&o, (unsigned)or_default(r->blocks, 1) - 1);
+    put8(&o, (unsigned)or_default(r->bs, 1) - 1);
+    for (int i = 0; i < 4; i++)
+        put8(&o, r->dst[i]);
+    put8(&o, r->kscale);
+    put8(&o, r->values);
+    put8(&o, r->bad_at);
+    put8(&o, r->mode);
+    put32(&o, 4242);
+    put8(&o, r->nspec);
+    for (int i = 0; i < 4; i++) {
+        put8(&o, r->spec[i][0]);
+        put8(&o, r->spec[i][1]);
+    }
+    put8(&o, r->alias);
+    put8(&o, r->fault[0] ? r->fault[0] : Q_FAULTS);
+    put8(&o, r->fault[1] ? r->fault[1] : Q_FAULTS);
+    for (int64_t t = 0; (r->flags & QF_PAGED) && t < B * S; t++)
+        put8(&o, r->slots[t]);
     return o;
 }
 
 #define VARLEN(name, ...) emit(name, varlen_bytes(&(varlen_req){__VA_ARGS__}))
+#define QUANT(name, ...) emit(name, quant_bytes(&(quant_req){__VA_ARGS__}))
 #define ATTN(name, ...) emit(name, attention_bytes(&(attn_req){__VA_ARGS__}))
 #define LAYER(name, ...) emit(name, layer_bytes(&(layer_req){__VA_ARGS__}))
 #define SPEC(...) .spec = {__VA_ARGS__}, \
@@ -476,6 +552,102 @@ static void attention_seeds(const mask_req *all_masks, const special *sp,
 #undef LAYOUTS4
 }
 
+/* mha_quantize and mha_quantize_paged (fuzz/quantize.c). Layout bytes
+ * (layout_strides): mode 0 packed [B, S, H, D], 1 [B, H, S, D], 2 and 3
+ * padded by the next bytes, 4 zero strides (bits of the next byte), 5
+ * arbitrary, 6 one negative, 7 seq and head sharing a stride. */
+static void quantize_seeds(void)
+{
+    const unsigned C = QF_COMPUTED, P = QF_PAGED;
+    /* --- valid --- */
+    QUANT("quant-i8-per-row", .dtype = 0, .B = 2, .S = 3, .H = 2, .D = 16,
+          .kscale = KS_ROW_BSH);
+    QUANT("quant-e4m3-computed-per-head", .flags = C, .dtype = 1, .B = 2,
+          .S = 4, .H = 3, .D = 17, .src = {2, 3, 1, 2}, .kscale = KS_HEAD);
+    QUANT("quant-e5m2-computed-tensor-specials", .flags = C, .dtype = 2,
+          .S = 5, .H = 2, .D = 8, .kscale = KS_TENSOR,
+          .mode = QM_WIDE | QR_NONFINITE << 3, .nspec = 4,
+          .spec = {{3, SP_NAN}, {9, SP_NEG_INF}, {17, SP_NEG_NAN},
+                   {20, SP_FLT_MAX}});
+    QUANT("quant-i8-computed-zero-row-bhsd", .flags = C | QF_SCALES_IS_OUT,
+          .dtype = 0, .B = 3, .S = 2, .H = 2, .D = 5, .dst = {3, 2, 1, 3},
+          .kscale = KS_ROW_BHS, .mode = QR_ZERO << 3);
+    QUANT("quant-e4m3-ties", .dtype = 1, .B = 2, .S = 3, .H = 2, .D = 32,
+          .kscale = KS_ROW_PADDED | 1 << 3, .mode = QM_TIES);
+    QUANT("quant-i8-ties", .dtype = 0, .S = 4, .H = 3, .D = 33,
+          .kscale = KS_HEAD, .mode = QM_TIES);
+    QUANT("quant-e5m2-ties", .dtype = 2, .B = 3, .S = 2, .D = 64,
+          .kscale = KS_TOKEN, .mode = QM_TIES);
+    QUANT("quant-computed-shared-rows", .flags = C, .dtype = 1, .B = 2,
+          .S = 3, .H = 3, .D = 4, .kscale = KS_TENSOR | 2 << 3);
+    QUANT("quant-computed-subnormal-src", .flags = C, .dtype = 0, .S = 3,
+          .H = 2, .D = 7, .mode = QM_SUBNORMAL);
+    QUANT("quant-computed-huge-src", .flags = C, .dtype = 2, .S = 2, .H = 2,
+          .D = 16, .mode = QM_HUGE | QR_ONE_HUGE << 3);
+    QUANT("quant-extreme-scales", .dtype = 1, .B = 2, .S = 2, .H = 2, .D = 8,
+          .kscale = KS_ROW_BSH, .values = QV_EXTREME);
+    QUANT("quant-src-broadcast", .dtype = 0, .B = 2, .S = 3, .H = 2, .D = 4,
+          .src = {4, 7, 0, 0}, .kscale = KS_ROW_BSH);
+    QUANT("quant-scales-in-src", .dtype = 1, .S = 2, .H = 2, .D = 8,
+          .kscale = KS_HEAD, .alias = QA_SCALES_IN_SRC);
+    QUANT("quant-unread-padding-scale", .dtype = 2, .B = 2, .S = 2, .H = 2,
+          .D = 4, .kscale = KS_ROW_PADDED | 2 << 3,
+          .values = QV_NAN | QV_UNREAD, .flags = QF_JUNK);
+    QUANT("quant-paged-given", .flags = P | QF_JUNK, .dtype = 0, .B = 2,
+          .S = 3, .H = 2, .D = 16, .blocks = 3, .bs = 4,
+          .kscale = KS_ROW_BSH, .slots = {5, QS_MINUS1, 0, 11, QS_INT64_MIN,
+                                          7});
+    QUANT("quant-paged-computed-token", .flags = P | C, .dtype = 1, .B = 2,
+          .S = 4, .H = 3, .D = 8, .blocks = 2, .bs = 3,
+          .kscale = KS_TOKEN | 1 << 3,
+          .slots = {0, 1, 2, 3, 4, 5, 2, QS_LAST});
+    QUANT("quant-paged-computed-bhsd-duplicates", .flags = P | C, .dtype = 2,
+          .S = 5, .H = 2, .D = 17, .blocks = 4, .bs = 2, .dst = {1, 0, 0, 0},
+          .kscale = KS_ROW_BHS, .mode = QR_ZERO << 3,
+          .slots = {6, 6, QS_MINUS2, 1, 6});
+    QUANT("quant-paged-unread-bad-scale", .flags = P | QF_JUNK, .dtype = 1,
+          .S = 2, .H = 2, .D = 8, .blocks = 3, .bs = 2, .kscale = KS_ROW_BSH,
+          .values = QV_NAN | QV_UNREAD, .slots = {1, 4});
+    /* --- invalid --- */
+    QUANT("bad-quant-scale-zero", .dtype = 0, .S = 3, .H = 2, .D = 4,
+          .kscale = KS_ROW_BSH, .values = QV_ZERO, .bad_at = 3);
+    QUANT("bad-quant-scale-stride", .dtype = 1, .S = 2, .D = 4,
+          .kscale = KS_NEGATIVE | 1 << 3);
+    QUANT("bad-quant-no-scales", .dtype = 2, .D = 4, .kscale = KS_NONE);
+    QUANT("bad-quant-dst-overlaps-itself", .dtype = 0, .S = 3, .H = 2,
+          .D = 4, .dst = {7, 0, 0, 0});
+    QUANT("bad-quant-dst-in-src", .dtype = 0, .S = 2, .D = 8,
+          .alias = QA_DST_IN_SRC);
+    QUANT("bad-quant-scales-out-in-dst", .flags = C, .dtype = 1, .S = 2,
+          .H = 2, .D = 8, .alias = QA_SCALES_IN_DST);
+    QUANT("bad-quant-scales-out-in-src", .flags = C, .dtype = 2, .S = 2,
+          .D = 8, .alias = QA_SCALES_IN_SRC);
+    QUANT("bad-quant-other-scales", .flags = C, .dtype = 0, .D = 4,
+          .fault = {Q_OTHER_SCALES});
+    QUANT("bad-quant-shape", .dtype = 0, .D = 4, .fault = {Q_HEADS});
+    QUANT("bad-quant-src-f16", .dtype = 1, .D = 4, .fault = {Q_SRC_F16});
+    QUANT("bad-quant-dst-f32", .flags = C, .dtype = 1, .D = 4,
+          .fault = {Q_DST_F32});
+    QUANT("bad-quant-null-src", .dtype = 0, .D = 4, .fault = {Q_NULL_SRC});
+    QUANT("bad-quant-null-dst-data", .dtype = 0, .D = 4,
+          .fault = {Q_NULL_DST_DATA});
+    QUANT("bad-quant-overflow", .dtype = 0, .S = 2, .D = 4,
+          .fault = {Q_OVERFLOW});
+    QUANT("bad-quant-paged-slot-past", .flags = P, .dtype = 0, .S = 3,
+          .D = 4, .blocks = 2, .bs = 2, .slots = {0, QS_PAST, 1});
+    QUANT("bad-quant-paged-shared-scale", .flags = P | C, .dtype = 1, .S = 2,
+          .H = 2, .D = 4, .blocks = 2, .bs = 2, .kscale = KS_HEAD,
+          .slots = {0, 3});
+    QUANT("bad-quant-paged-null-slots", .flags = P, .dtype = 2, .D = 4,
+          .blocks = 2, .bs = 2, .fault = {Q_NULL_SLOTS});
+    QUANT("bad-quant-paged-slots-in-pool", .flags = P, .dtype = 0, .S = 2,
+          .D = 16, .blocks = 2, .bs = 2, .alias = QA_SLOTS_IN_POOL,
+          .slots = {0, 1});
+    QUANT("bad-quant-paged-scale-nan", .flags = P, .dtype = 1, .S = 3,
+          .H = 2, .D = 4, .blocks = 2, .bs = 3, .kscale = KS_ROW_BSH,
+          .values = QV_NAN, .bad_at = 1, .slots = {4, 0, QS_MINUS1});
+}
+
 static void layer_seeds(const mask_req *all_masks, const special *sp,
                         unsigned nsp)
 {
@@ -547,6 +719,37 @@ int main(int argc, char **argv)
            .block = 2, .lq = {3, 4}, .lk = {5, 6}, .fault = 4);
     VARLEN("varlen-both-forms", .B = 2, .hkv = 1, .group = 1, .form = 1,
            .block = 2, .lq = {3, 4}, .lk = {5, 6}, .fault = 6);
+    /* 8-bit K/V: packed and paged, every scale layout family, bad scales
+     * at read rows (refused) and junk at unread ones (accepted). */
+    VARLEN("varlen-packed-i8", .B = 3, .hkv = 2, .group = 2, .dcode = 2,
+           .form = 4, .causal = 2, .block = 4, .lq = {5, 1, 9},
+           .lk = {20, 33, 9}, .quant = VQ_I8, .kscale = KS_ROW_BSH,
+           .vscale = KS_ROW_BHS);
+    VARLEN("varlen-paged-fp8-token-head", .B = 4, .hkv = 1, .group = 3,
+           .dcode = 1, .form = 1 | 4, .causal = 2, .block = 3,
+           .lq = {4, 2, 1, 7}, .lk = {30, 40, 11, 7}, .share = 1, .spare = 2,
+           .stride = 2, .quant = VQ_E4M3 | VQ_E5M2 << 2,
+           .kscale = KS_TOKEN | 1 << 3, .vscale = KS_HEAD);
+    VARLEN("varlen-paged-bhsd-i8-padded-block", .B = 3, .hkv = 2, .group = 1,
+           .dcode = 4, .form = 1 | 2 | 8, .causal = 2, .block = 5,
+           .lk = {49, 1, 17}, .spare = 3, .quant = VQ_I8 | VQ_E4M3 << 2,
+           .kscale = KS_ROW_PADDED | 3 << 3, .vscale = KS_TENSOR | 1 << 3);
+    VARLEN("varlen-paged-f16-k-e5m2-v", .B = 2, .hkv = 2, .group = 2,
+           .dcode = 3, .dtype = 1, .form = 1 | 4, .block = 4, .lq = {3, 2},
+           .lk = {13, 6}, .quant = VQ_FLOAT | VQ_E5M2 << 2,
+           .vscale = KS_TENSOR | 3 << 3);
+    VARLEN("varlen-bad-scale-nan-paged", .B = 2, .hkv = 1, .group = 2,
+           .form = 1, .block = 3, .lq = {2, 3}, .lk = {7, 5},
+           .quant = VQ_E4M3, .bad = VBAD_NAN | VBAD_V, .bad_at = 9);
+    VARLEN("varlen-bad-scale-zero-packed", .B = 2, .hkv = 2, .group = 1,
+           .form = 0, .block = 2, .lq = {3, 4}, .lk = {5, 6}, .quant = VQ_I8,
+           .kscale = KS_HEAD, .bad = VBAD_ZERO, .bad_at = 1);
+    VARLEN("varlen-bad-scale-stride", .B = 2, .hkv = 1, .group = 1,
+           .form = 1, .block = 2, .lq = {3, 4}, .lk = {5, 6},
+           .quant = VQ_E5M2, .vscale = KS_NEGATIVE | 2 << 3);
+    VARLEN("varlen-quant-no-scales", .B = 1, .hkv = 1, .group = 1,
+           .form = 0, .block = 2, .lq = {3}, .lk = {5}, .quant = VQ_I8,
+           .kscale = KS_NONE);
     /* Every mask kind at once: a [B, 1, Lq, Lk] keep-mask, a padded bias,
      * key lengths, bottom-right causal. */
     const mask_req all_masks = {M_KEEP | M_BIAS | M_LENGTHS,
@@ -558,6 +761,7 @@ int main(int argc, char **argv)
     const unsigned nsp = sizeof sp / sizeof sp[0];
     attention_seeds(&all_masks, sp, nsp);
     layer_seeds(&all_masks, sp, nsp);
+    quantize_seeds();
     printf("wrote %d seeds to %s\n", written, out_dir);
     return 0;
 }
