@@ -32,6 +32,10 @@
  *                            pass sums P, so nothing lives across a call
  *                            to an out-of-line exp (every vector register
  *                            is caller-saved).
+ *   MK_V_EXP2                1: mk_v_exp2k(t, k) = k 2^t exists (t <=
+ *                            2^-20, -inf or NaN; k a vector of one value
+ *                            in [1/2, 2], the same across a loop), and the
+ *                            exp pass works in base 2 (sm_exp2 below).
  *   MK_V_STREAM              1: mk_v_stream(p, x) (a 64-byte aligned
  *                            non-temporal store) and mk_v_stream_fence()
  *                            exist, and normalize streams blocks of more
@@ -60,6 +64,9 @@
 #endif
 #ifndef MK_V_STREAM
 #define MK_V_STREAM 0
+#endif
+#ifndef MK_V_EXP2
+#define MK_V_EXP2 0
 #endif
 
 #define MK_SM_INLINE static inline __attribute__((always_inline))
@@ -218,24 +225,38 @@ static float sm_sum(const float *s, int64_t n)
 }
 #endif
 
-/* Pass 2: s[j] = exp(a * s[j] - b) for j < n (the product rounded before
- * the subtraction, so a huge score times a small scale stays finite).
- * Returns sum_j s[j]: summed here with MK_SM_FUSED_SUM, else by sm_sum. */
-static float sm_exp(float *s, int64_t n, MK_V a, MK_V b)
+/* P of one vector of scores x: exp(a x - b) (the product rounded before
+ * the subtraction, so a huge score times a small scale stays finite), or
+ * with base2 k 2^(a x + b) (sm_exp2_row's a, -B and k). */
+MK_SM_INLINE MK_V sm_p(MK_V x, MK_V a, MK_V b, MK_V k, int base2)
+{
+#if MK_V_EXP2
+    if (base2)
+        return mk_v_exp2k(mk_v_fma(a, x, b), k);
+#else
+    (void)k, (void)base2;
+#endif
+    return mk_v_exp(mk_v_sub(mk_v_mul(a, x), b));
+}
+
+/* Pass 2: s[j] = sm_p(s[j]) for j < n. Returns sum_j s[j]: summed here
+ * with MK_SM_FUSED_SUM, else by sm_sum. */
+MK_SM_INLINE float sm_exp_pass(float *s, int64_t n, MK_V a, MK_V b, MK_V k,
+                               int base2)
 {
 #if MK_SM_FUSED_SUM
     MK_V sum = mk_v_set1(0.0f);
 #endif
     int64_t j = 0;
     for (; j + MK_W <= n; j += MK_W) {
-        MK_V e = mk_v_exp(mk_v_sub(mk_v_mul(a, mk_v_load(s + j)), b));
+        MK_V e = sm_p(mk_v_load(s + j), a, b, k, base2);
         mk_v_store(s + j, e);
 #if MK_SM_FUSED_SUM
         sum = mk_v_add(sum, e);
 #endif
     }
     if (j < n) {
-        MK_V e = mk_v_exp(mk_v_sub(mk_v_mul(a, mk_v_load_n(s + j, n - j)), b));
+        MK_V e = sm_p(mk_v_load_n(s + j, n - j), a, b, k, base2);
         mk_v_store_n(s + j, n - j, e);
 #if MK_SM_FUSED_SUM
         sum = mk_v_add(sum, mk_v_sel(mk_v_lanes(n - j), e, mk_v_set1(0.0f)));
@@ -247,6 +268,46 @@ static float sm_exp(float *s, int64_t n, MK_V a, MK_V b)
     return sm_sum(s, n);
 #endif
 }
+
+/* s[j] = exp(a * s[j] - b) for j < n; returns their sum. */
+static float sm_exp(float *s, int64_t n, MK_V a, MK_V b)
+{
+    return sm_exp_pass(s, n, a, b, a, 0);
+}
+
+#if MK_V_EXP2
+/* Pass 2 in base 2 (sm_exp2_row): s[j] = k 2^(A s[j] - B) for j < n,
+ * with A = a log2(e) and B = max' log2(e), each rounded to float: one FMA
+ * a score (the product exact inside it) where sm_exp takes a multiply, a
+ * subtraction and a multiply by log2(e). The roundings of A and B shift
+ * every score of the row by one amount, c; k = 2^-c takes it back out, so
+ * P is exp(a s[j] - max') to the FMA's rounding, 2^-24 of |A s[j] - B| (a
+ * relative 1e-6 of P at e^-20 of the row's largest), and the polynomial's
+ * error. Returns sum_j s[j]. */
+static float sm_exp2(float *s, int64_t n, MK_V a, MK_V negb, MK_V k)
+{
+    return sm_exp_pass(s, n, a, negb, k, 1);
+}
+
+/* sm_exp2 for a row whose maximum is mx, its scores multiplied by a (1
+ * when pass 1 wrote them scaled). With A = a log2(e) and B = mx log2(e)
+ * rounded, A s - B = (a s - mx) log2(e) + c with c = mx A / a - B for
+ * every s (up to (a s - mx) times A's relative rounding), computed in
+ * double; 2^-c by three terms of its series (|c| < 2^-10 below the
+ * bound). Returns 0 (and does nothing) for rows past |mx| = 4096 or a
+ * scale too small for a normal A: those take sm_exp. */
+static int sm_exp2_row(float *s, int64_t n, float a, float mx, float *psum)
+{
+    if (!(fabsf(mx) <= 4096.0f && a >= 0x1p-100f))
+        return 0;
+    const float A = a * 1.44269504f, B = mx * 1.44269504f;
+    const double y = -((double)mx * ((double)A / (double)a) - (double)B) *
+                     0.6931471805599453;
+    const float k = (float)(1.0 + y * (1.0 + y * (0.5 + y / 6.0)));
+    *psum = sm_exp2(s, n, mk_v_set1(A), mk_v_set1(-B), mk_v_set1(k));
+    return 1;
+}
+#endif
 
 /* One row of the step: scale and mask the visible columns [lo, hi), P =
  * exp(x - max') there and 0 elsewhere. Returns 0 for a row still empty
@@ -269,10 +330,15 @@ MK_SM_INLINE int sm_row(float *row, int64_t n, int64_t lo, int64_t hi,
         memset(row, 0, (size_t)n * sizeof *row);
         return 0;
     }
-    memset(row, 0, (size_t)lo * sizeof *row);
-    memset(row + hi, 0, (size_t)(n - hi) * sizeof *row);
-    *psum = sm_exp(vis, count, mk_v_set1(unscaled ? scale : 1.0f),
-                   mk_v_set1(mx));
+    if (lo > 0)
+        memset(row, 0, (size_t)lo * sizeof *row);
+    if (hi < n)
+        memset(row + hi, 0, (size_t)(n - hi) * sizeof *row);
+    const float a = unscaled ? scale : 1.0f;
+#if MK_V_EXP2
+    if (!sm_exp2_row(vis, count, a, mx, psum))
+#endif
+        *psum = sm_exp(vis, count, mk_v_set1(a), mk_v_set1(mx));
     *mnew = mx;
     return 1;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "avx2.h"
+#include "exp2_poly.h"
 
 #define MK_V __m256
 #define MK_VM __m256i
@@ -46,20 +47,27 @@ MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y)
 #define mk_v_fma _mm256_fmadd_ps
 /* MAXPS returns its second operand when either is NaN. */
 #define mk_v_max _mm256_max_ps
-/* exp for x <= 0 (the softmax's only arguments), inline: a call per 8
- * scores to SLEEF's 1-ulp exp was a tenth of prefill's instructions at
- * d = 64 and forced the sum into a pass of its own (docs/benchmarks.md,
- * "Where 1-thread AVX2 prefill goes"). As 2^t, t = x log2(e) = n + f, n
- * rounded to nearest, |f| <= 1/2 from one FMA (x L - n) plus x L_lo (L_lo
- * = log2(e) - L); 2^f by a degree-6 polynomial (the avx512 table's: the
- * whole exp within 1.2e-7 relative, ~1 ulp, on [-87, 0]), times 2^n
- * built as the bits (n + 127) << 23. x is clamped at -88 first, where n =
- * -127 builds +0: below about -87.7 the result is 0 (as a probability that
- * small is in fp32 accumulation) and -inf gives 0, without a compare. MAXPS
- * returns its second operand when either is NaN, so a NaN x passes the
- * clamp, and its 2^n (from CVTPS2DQ's 0x80000000) is a finite 1.0: NaN
- * stays NaN. 15 instructions a vector against 18 with the exponent added
- * to p's bits and the tiny and NaN lanes fixed by compares. */
+/* p 2^n for integral n in [-127, 127] (or NaN: 1.0), 2^n built as the
+ * bits (n + 127) << 23, so n = -127 gives +0. */
+MK_INLINE MK_V times_pow2(MK_V p, MK_V n)
+{
+    __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+#define MK_C1(c) _mm256_set1_ps(c)
+/* exp for x <= 0 (the rescale factors, and the rows sm_exp2_row of
+ * softmax_driver.h leaves to sm_exp), inline: a call per 8 scores to
+ * SLEEF's 1-ulp exp was a tenth of prefill's instructions at d = 64 and
+ * forced the sum into a pass of its own (docs/benchmarks.md, "Where
+ * 1-thread AVX2 prefill goes"). As 2^t, t = x log2(e) = n + f, n rounded
+ * to nearest, |f| <= 1/2 from one FMA (x L - n) plus x L_lo (L_lo =
+ * log2(e) - L); 2^f by kernels/exp2_poly.h's degree 5, times 2^n
+ * (times_pow2). x is clamped at -88 first, where n = -127 builds +0:
+ * below about -87.7 the result is 0 (as a probability that small is in
+ * fp32 accumulation) and -inf gives 0, without a compare. MAXPS returns
+ * its second operand when either is NaN, so a NaN x passes the clamp, and
+ * its 2^n (from CVTPS2DQ's 0x80000000) is a finite 1.0: NaN stays NaN. */
 MK_INLINE MK_V mk_v_exp(MK_V x)
 {
     MK_V xc = _mm256_max_ps(_mm256_set1_ps(-88.0f), x);
@@ -67,17 +75,27 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     MK_V f = _mm256_fmsub_ps(xc, _mm256_set1_ps(1.44269504f), n);
     f = _mm256_fmadd_ps(xc, _mm256_set1_ps(1.925963034e-08f), f);
-    MK_V p = _mm256_set1_ps(1.533757750e-04f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339985989e-03f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618519805e-03f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550329015e-02f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264625e-01f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931471825e-01f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return times_pow2(MK_EXP2_DEG5(_mm256_fmadd_ps, MK_C1, f), n);
 }
+/* k 2^t for t <= 2^-20 (sm_exp2 of softmax_driver.h: the exp pass in
+ * base 2, its argument out of one FMA, k a correction near 1): mk_v_exp's
+ * steps without the multiply by log2(e) and its correction, f = t - n
+ * exact, the polynomial's coefficients times k (hoisted out of the
+ * caller's loop: k is the same across it). t is clamped at -127, as
+ * mk_v_exp's x at -88: -inf gives 0, NaN stays NaN. 12 instructions a
+ * vector: with the argument's FMA and the sum, 14 a score vector against
+ * sm_exp's 18. */
+MK_INLINE MK_V mk_v_exp2k(MK_V t, MK_V k)
+{
+    MK_V tc = _mm256_max_ps(_mm256_set1_ps(-127.0f), t);
+    MK_V n = _mm256_round_ps(tc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#define MK_CK(c) _mm256_mul_ps(_mm256_set1_ps(c), k)
+    return times_pow2(
+        MK_EXP2_DEG5(_mm256_fmadd_ps, MK_CK, _mm256_sub_ps(tc, n)), n);
+#undef MK_CK
+}
+#undef MK_C1
+#define MK_V_EXP2 1
 /* The sum of P rides in the exp pass: nothing is called across it. */
 #define MK_SM_FUSED_SUM 1
 #define mk_v_tanh Sleef_tanhf8_u10avx2

@@ -1,0 +1,30 @@
+/*
+ * The polynomials for 2^f, |f| <= 1/2, that the x86 softmax steps'
+ * inline exps evaluate (kernels/avx2/softmax.c, kernels/avx512/softmax.c),
+ * written once as Horner chains over the caller's FMA and coefficient
+ * macros: FMA(a, b, c) = a * b + c, C(c) the vector of coefficient c (the
+ * caller may fold a factor into it, as mk_v_exp2k folds its k).
+ *
+ * MK_EXP2_DEG5: a degree-5 minimax fit of relative error (Remez), 7.5e-8
+ * in exact arithmetic, 2.1e-7 (about 2 ulp) evaluated in float over 200k
+ * points of [-1/2, 1/2]. MK_EXP2_DEG4: degree 4, 2.7e-6 evaluated in
+ * float, for the bf16 path's step, whose P is rounded to bf16 (2^-9)
+ * before it multiplies.
+ */
+#ifndef MK_EXP2_POLY_H
+#define MK_EXP2_POLY_H
+
+#define MK_EXP2_DEG5(FMA, C, f)                                              \
+    FMA(FMA(FMA(FMA(FMA(C(1.327647198e-03f), f, C(9.675541334e-03f)), f,     \
+                    C(5.550713274e-02f)),                                    \
+                f, C(2.402211972e-01f)),                                     \
+            f, C(6.931469671e-01f)),                                         \
+        f, C(1.000000072e+00f))
+
+#define MK_EXP2_DEG4(FMA, C, f)                                              \
+    FMA(FMA(FMA(FMA(C(9.560510516e-03f), f, C(5.591703951e-02f)), f,        \
+                C(2.402498126e-01f)),                                        \
+            f, C(6.931219697e-01f)),                                         \
+        f, C(9.999991655e-01f))
+
+#endif
