@@ -225,6 +225,21 @@ static float sm_sum(const float *s, int64_t n)
 }
 #endif
 
+/* What sm_exp2_row needs of a call's multiplier a of the scores (the
+ * scale, or 1 when pass 1 wrote them scaled): A = a log2(e) rounded, and
+ * q = (a L - A) / a (L = log2(e) as a float), A's rounding per unit of
+ * score. */
+typedef struct {
+    float a, A, q;
+} sm_base2;
+
+static inline sm_base2 sm_base2_of(float a)
+{
+    const float L = 1.44269504f, A = a * L;
+    sm_base2 b = {a, A, fmaf(a, L, -A) / a};
+    return b;
+}
+
 /* P of one vector of scores x: exp(a x - b) (the product rounded before
  * the subtraction, so a huge score times a small scale stays finite), or
  * with base2 k 2^(a x + b) (sm_exp2_row's a, -B and k). */
@@ -289,22 +304,23 @@ static float sm_exp2(float *s, int64_t n, MK_V a, MK_V negb, MK_V k)
     return sm_exp_pass(s, n, a, negb, k, 1);
 }
 
-/* sm_exp2 for a row whose maximum is mx, its scores multiplied by a (1
- * when pass 1 wrote them scaled). With A = a log2(e) and B = mx log2(e)
- * rounded, A s - B = (a s - mx) log2(e) + c with c = mx A / a - B for
- * every s (up to (a s - mx) times A's relative rounding), computed in
- * double; 2^-c by three terms of its series (|c| < 2^-10 below the
- * bound). Returns 0 (and does nothing) for rows past |mx| = 4096 or a
- * scale too small for a normal A: those take sm_exp. */
-static int sm_exp2_row(float *s, int64_t n, float a, float mx, float *psum)
+/* sm_exp2 for a row whose maximum is mx. With B = mx L rounded, A s - B
+ * = (a s - mx) L' + c for every s, L' = A / a, up to (a s - mx) times A's
+ * relative rounding: c = mx A / a - B = (mx L - B) - mx q, its first term
+ * exact by an FMA. k = 2^-c by two terms of its series past 1 (|c| <
+ * 2^-10 below the bound, so the next is under 2^-33). Returns 0 (and does
+ * nothing) for rows past |mx| = 4096 or a multiplier too small for a
+ * normal A and q: those take sm_exp. */
+static inline int sm_exp2_row(float *s, int64_t n, const sm_base2 *b2,
+                              float mx, float *psum)
 {
-    if (!(fabsf(mx) <= 4096.0f && a >= 0x1p-100f))
+    if (!(fabsf(mx) <= 4096.0f && b2->a >= 0x1p-60f))
         return 0;
-    const float A = a * 1.44269504f, B = mx * 1.44269504f;
-    const double y = -((double)mx * ((double)A / (double)a) - (double)B) *
-                     0.6931471805599453;
-    const float k = (float)(1.0 + y * (1.0 + y * (0.5 + y / 6.0)));
-    *psum = sm_exp2(s, n, mk_v_set1(A), mk_v_set1(-B), mk_v_set1(k));
+    const float L = 1.44269504f, B = mx * L;
+    const float c = fmaf(mx, L, -B) - mx * b2->q;
+    const float y = c * -0.693147181f;
+    const float k = fmaf(y, fmaf(0.5f, y, 1.0f), 1.0f);
+    *psum = sm_exp2(s, n, mk_v_set1(b2->A), mk_v_set1(-B), mk_v_set1(k));
     return 1;
 }
 #endif
@@ -315,8 +331,8 @@ static int sm_exp2_row(float *s, int64_t n, float a, float mx, float *psum)
 MK_SM_INLINE int sm_row(float *row, int64_t n, int64_t lo, int64_t hi,
                         float scale, int unscaled, const float *bias,
                         const uint8_t *keep, const uint8_t *key_keep,
-                        const sm_terms *tm, float old_max, float *mnew,
-                        float *psum)
+                        const sm_terms *tm, const sm_base2 *b2,
+                        float old_max, float *mnew, float *psum)
 {
     float *vis = row + lo;
     const int64_t count = hi - lo;
@@ -336,7 +352,9 @@ MK_SM_INLINE int sm_row(float *row, int64_t n, int64_t lo, int64_t hi,
         memset(row + hi, 0, (size_t)(n - hi) * sizeof *row);
     const float a = unscaled ? scale : 1.0f;
 #if MK_V_EXP2
-    if (!sm_exp2_row(vis, count, a, mx, psum))
+    if (!sm_exp2_row(vis, count, b2, mx, psum))
+#else
+    (void)b2;
 #endif
         *psum = sm_exp(vis, count, mk_v_set1(a), mk_v_set1(mx));
     *mnew = mx;
@@ -368,6 +386,7 @@ void MK_SM_FN(softmax_update)(float *s, ptrdiff_t lds, int64_t m, int64_t n,
     const int unscaled = !mask->bias && !mask->keep && !mask->key_keep &&
                          !terms &&
                          scale > 0.0f && scale < INFINITY;
+    const sm_base2 b2 = sm_base2_of(unscaled ? scale : 1.0f);
     sm_terms tm = {terms, mask->softcap,
                    mask->softcap > 0.0f ? 1.0f / mask->softcap : 0.0f, 0.0f,
                    0};
@@ -392,7 +411,7 @@ void MK_SM_FN(softmax_update)(float *s, ptrdiff_t lds, int64_t m, int64_t n,
             float mnew = 0.0f;
             live[r] = sm_row(s + i * lds, n, lo, hi, scale, unscaled, bias,
                              keep, mask->key_keep ? mask->key_keep + lo : NULL,
-                             &tm, row_max[i], &mnew, &sum[r]);
+                             &tm, &b2, row_max[i], &mnew, &sum[r]);
             if (live[r]) {
                 arg[r] = row_max[i] - mnew;
                 row_max[i] = mnew;
