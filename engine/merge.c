@@ -40,10 +40,26 @@ void mha_finish_rows(const mk_table *t, const mha_problem *p,
                      const mha_row_block *rb, const float *o, const float *m,
                      const float *l)
 {
-    t->normalize(o, p->dv, rb->rows, p->dv, l, rb->out, rb->ldo);
-    if (p->compute != MHA_F32) /* rb->out is the staging rows */
-        mha_narrow_rows(p->compute, rb->out, rb->ldo, rb->rows, p->dv,
-                        rb->out_dst, rb->ldo_dst);
+    if (p->compute == MHA_F32) {
+        t->normalize(o, p->dv, rb->rows, p->dv, l, rb->out, rb->ldo);
+    } else {
+        /* rb->out is the staging rows: normalised and narrowed
+         * MK_DECODE_ROWS rows at a time, so they stay in L1 between the
+         * two and normalize keeps them cached (it streams longer blocks
+         * to memory, which the narrowing would read back). */
+        size_t es = mha_dtype_size(p->compute);
+        for (int64_t r = 0; r < rb->rows; r += MK_DECODE_ROWS) {
+            int64_t n = rb->rows - r < MK_DECODE_ROWS ? rb->rows - r
+                                                      : MK_DECODE_ROWS;
+            t->normalize(o + r * p->dv, p->dv, n, p->dv, l + r,
+                         rb->out + r * rb->ldo, rb->ldo);
+            mha_narrow_rows(p->compute, rb->out + r * rb->ldo, rb->ldo, n,
+                            p->dv,
+                            (char *)rb->out_dst +
+                                (size_t)(r * rb->ldo_dst) * es,
+                            rb->ldo_dst);
+        }
+    }
     if (rb->lse)
         for (int64_t r = 0; r < rb->rows; r++)
             rb->lse[r * rb->lse_ld] = mha_merge_lse(m[r], l[r]);
