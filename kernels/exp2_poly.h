@@ -5,14 +5,27 @@
  * macros: FMA(a, b, c) = a * b + c, C(c) the vector of coefficient c (the
  * caller may fold a factor into it, as mk_v_exp2k folds its k).
  *
- * MK_EXP2_DEG5: a degree-5 minimax fit of relative error (Remez), 7.5e-8
- * in exact arithmetic, 2.1e-7 (about 2 ulp) evaluated in float over 200k
- * points of [-1/2, 1/2]. MK_EXP2_DEG4: degree 4, 2.7e-6 evaluated in
- * float, for the bf16 path's step, whose P is rounded to bf16 (2^-9)
- * before it multiplies.
+ * MK_EXP2_DEG6: degree 6 with the constant term exactly 1, so 2^0 is
+ * exactly 1 (an unchanged maximum rescales by exactly 1: a row's state,
+ * and an lse of a sink alone, stay bitwise what they were), 6.7e-8 (about
+ * 1 ulp) evaluated in float over 200k points of [-1/2, 1/2]: the exps of
+ * the rescale factors. MK_EXP2_DEG5: a degree-5 minimax fit of relative
+ * error (Remez), 7.5e-8 in exact arithmetic, 2.1e-7 (about 2 ulp)
+ * evaluated in float, its constant term not 1: the base-2 exp pass, whose
+ * P carries a per-row correction anyway. MK_EXP2_DEG4: degree 4, 2.7e-6
+ * evaluated in float, for the bf16 path's pass, whose P is rounded to
+ * bf16 (2^-9) before it multiplies.
  */
 #ifndef MK_EXP2_POLY_H
 #define MK_EXP2_POLY_H
+
+#define MK_EXP2_DEG6(FMA, C, f)                                              \
+    FMA(FMA(FMA(FMA(FMA(FMA(C(1.533757750e-04f), f, C(1.339985989e-03f)), f, \
+                        C(9.618519805e-03f)),                                \
+                    f, C(5.550329015e-02f)),                                 \
+                f, C(2.402264625e-01f)),                                     \
+            f, C(6.931471825e-01f)),                                         \
+        f, C(1.0f))
 
 #define MK_EXP2_DEG5(FMA, C, f)                                              \
     FMA(FMA(FMA(FMA(FMA(C(1.327647198e-03f), f, C(9.675541334e-03f)), f,     \

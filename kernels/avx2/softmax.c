@@ -62,7 +62,8 @@ MK_INLINE MK_V times_pow2(MK_V p, MK_V n)
  * forced the sum into a pass of its own (docs/benchmarks.md, "Where
  * 1-thread AVX2 prefill goes"). As 2^t, t = x log2(e) = n + f, n rounded
  * to nearest, |f| <= 1/2 from one FMA (x L - n) plus x L_lo (L_lo =
- * log2(e) - L); 2^f by kernels/exp2_poly.h's degree 5, times 2^n
+ * log2(e) - L); 2^f by kernels/exp2_poly.h's degree 6 (2^0 exactly 1,
+ * about 1 ulp), times 2^n
  * (times_pow2). x is clamped at -88 first, where n = -127 builds +0:
  * below about -87.7 the result is 0 (as a probability that small is in
  * fp32 accumulation) and -inf gives 0, without a compare. MAXPS returns
@@ -75,7 +76,7 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     MK_V f = _mm256_fmsub_ps(xc, _mm256_set1_ps(1.44269504f), n);
     f = _mm256_fmadd_ps(xc, _mm256_set1_ps(1.925963034e-08f), f);
-    return times_pow2(MK_EXP2_DEG5(_mm256_fmadd_ps, MK_C1, f), n);
+    return times_pow2(MK_EXP2_DEG6(_mm256_fmadd_ps, MK_C1, f), n);
 }
 /* k 2^t for t <= 2^-20 (sm_exp2 of softmax_driver.h: the exp pass in
  * base 2, its argument out of one FMA, k a correction near 1): mk_v_exp's

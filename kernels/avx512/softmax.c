@@ -49,25 +49,13 @@ MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y)
 #define mk_v_fma _mm512_fmadd_ps
 /* VMAXPS returns its second operand when either is NaN. */
 #define mk_v_max _mm512_max_ps
-/* The polynomial for 2^f of both exps below (kernels/exp2_poly.h),
- * coefficients times k: degree 5, or with MK_AVX512_EXP_BF16 (the bf16
- * table's step, whose P is rounded to bf16, 2^-9 relative, before it
- * multiplies) degree 4. */
-MK_INLINE MK_V exp2_poly(MK_V f, MK_V k)
-{
-#define MK_C(c) _mm512_mul_ps(_mm512_set1_ps(c), k)
-#ifdef MK_AVX512_EXP_BF16
-    return MK_EXP2_DEG4(_mm512_fmadd_ps, MK_C, f);
-#else
-    return MK_EXP2_DEG5(_mm512_fmadd_ps, MK_C, f);
-#endif
-#undef MK_C
-}
 /* exp for x <= 0, inline, as 2^t with t = x log2(e) = n + f, n rounded to
  * nearest and |f| <= 1/2: f = x L - n in one FMA (exact but for L's
  * rounding) plus x L_lo (L_lo = log2(e) - L), so f carries the product
- * to ~2^-24 relative; 2^f by exp2_poly; times 2^n by VSCALEFPS, which
- * also takes the results below FLT_MIN down to subnormals and 0. x is
+ * to ~2^-24 relative; 2^f by kernels/exp2_poly.h's degree 6 (2^0 exactly
+ * 1, about 1 ulp, in the bf16 table's step too: these are the rescale
+ * factors); times 2^n by VSCALEFPS, which also takes the results below
+ * FLT_MIN down to subnormals and 0. x is
  * clamped at -110 first, where 2^n (n <= -159) makes 0: -inf gives 0.
  * VMAXPS returns its second operand when either is NaN, so the clamp
  * keeps a NaN, and NaN stays NaN. A call per 16 scores to SLEEF's exp
@@ -82,22 +70,34 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_fmsub_ps(xc, _mm512_set1_ps(1.44269504f), n);
     f = _mm512_fmadd_ps(xc, _mm512_set1_ps(1.925963034e-08f), f);
-    return _mm512_scalef_ps(exp2_poly(f, _mm512_set1_ps(1.0f)), n);
+#define MK_C1(c) _mm512_set1_ps(c)
+    return _mm512_scalef_ps(MK_EXP2_DEG6(_mm512_fmadd_ps, MK_C1, f), n);
+#undef MK_C1
 }
 /* k 2^t for t <= 2^-20 (sm_exp2 of softmax_driver.h: the exp pass in
  * base 2, its argument out of one FMA, k a correction near 1): mk_v_exp's
  * steps without the multiply by log2(e) and its correction, f = t - n
- * exact, exp2_poly's coefficients times k (hoisted out of the caller's
- * loop: k is the same across it). t is clamped at -160 first, where
- * VSCALEFPS makes 0: -inf gives 0, and the clamp keeps a NaN. 9
- * instructions a vector at degree 5: with the argument's FMA, 11 a score
- * vector against sm_exp's 15. */
+ * exact, the polynomial's coefficients times k (hoisted out of the
+ * caller's loop: k is the same across it): degree 5 (2.1e-7), or with
+ * MK_AVX512_EXP_BF16 (the bf16 table's step, whose P is rounded to bf16,
+ * 2^-9, before it multiplies) degree 4 (2.7e-6). t is clamped at -160
+ * first, where VSCALEFPS makes 0: -inf gives 0, and the clamp keeps a
+ * NaN. 9 instructions a vector at degree 5: with the argument's FMA, 11
+ * a score vector against sm_exp's 15. */
 MK_INLINE MK_V mk_v_exp2k(MK_V t, MK_V k)
 {
     __m512 tc = _mm512_max_ps(_mm512_set1_ps(-160.0f), t);
     __m512 n = _mm512_roundscale_ps(tc, _MM_FROUND_TO_NEAREST_INT |
                                             _MM_FROUND_NO_EXC);
-    return _mm512_scalef_ps(exp2_poly(_mm512_sub_ps(tc, n), k), n);
+    __m512 f = _mm512_sub_ps(tc, n);
+#define MK_CK(c) _mm512_mul_ps(_mm512_set1_ps(c), k)
+#ifdef MK_AVX512_EXP_BF16
+    __m512 p = MK_EXP2_DEG4(_mm512_fmadd_ps, MK_CK, f);
+#else
+    __m512 p = MK_EXP2_DEG5(_mm512_fmadd_ps, MK_CK, f);
+#endif
+#undef MK_CK
+    return _mm512_scalef_ps(p, n);
 }
 #define MK_V_EXP2 1
 #define mk_v_tanh Sleef_tanhf16_u10avx512f
