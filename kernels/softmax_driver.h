@@ -351,12 +351,20 @@ MK_SM_INLINE int sm_row(float *row, int64_t n, int64_t lo, int64_t hi,
     if (hi < n)
         memset(row + hi, 0, (size_t)(n - hi) * sizeof *row);
     const float a = unscaled ? scale : 1.0f;
+    if (count == 1 && bmax == mx) {
+        /* One key, the row's maximum: P = exp(0) = 1 exactly, so its
+         * output is its value row bit for bit (a causal first row). */
+        vis[0] = 1.0f;
+        *psum = 1.0f;
+    }
 #if MK_V_EXP2
-    if (!sm_exp2_row(vis, count, b2, mx, psum))
+    else if (!sm_exp2_row(vis, count, b2, mx, psum))
+        *psum = sm_exp(vis, count, mk_v_set1(a), mk_v_set1(mx));
 #else
+    else
+        *psum = sm_exp(vis, count, mk_v_set1(a), mk_v_set1(mx));
     (void)b2;
 #endif
-        *psum = sm_exp(vis, count, mk_v_set1(a), mk_v_set1(mx));
     *mnew = mx;
     return 1;
 }

@@ -437,12 +437,53 @@ START_TEST(softmax_exp_accuracy)
 }
 END_TEST
 
+/* A row that sees one key which is its maximum gets P = 1 exactly (and a
+ * sum of 1), so its output is that key's value row bit for bit, as
+ * PyTorch's exp(0) = 1 gives: a one-key tile, and the first row under a
+ * causal diagonal, from a fresh state, on every table. */
+START_TEST(softmax_single_key_exact)
+{
+    table_set ts;
+    get_tables(&ts);
+    const table_set all = with_bf16_steps(&ts);
+    test_rng r;
+    rng_seed(&r, 61);
+    const int64_t m = 19;
+    for (int causal = 0; causal < 2; causal++) {
+        const int64_t n = causal ? 40 : 1;
+        float *s = random_floats(&r, (size_t)(m * n));
+        for (int x = 0; x < all.n; x++) {
+            float *got = copy_floats(s, (size_t)(m * n));
+            float row_max[19], row_sum[19], alpha[19];
+            for (int64_t i = 0; i < m; i++)
+                row_max[i] = -INFINITY, row_sum[i] = 0.0f;
+            mk_mask mask;
+            memset(&mask, 0, sizeof mask);
+            mask.diag_lo = MK_NO_DIAG_LO;
+            mask.diag_hi = causal ? 0 : MK_NO_DIAG_HI;
+            mask.key_limit = n;
+            all.t[x].softmax_update(got, n, m, n, 0.3f, &mask, row_max,
+                                    row_sum, alpha);
+            for (int64_t i = 0; i < (causal ? 1 : m); i++)
+                REQUIRE(got[i * n] == 1.0f && row_sum[i] == 1.0f,
+                        "%s: row %lld of %s sees one key: P = %a, sum %a, "
+                        "want exactly 1", all.t[x].name, (long long)i,
+                        causal ? "a causal tile" : "a one-key tile",
+                        (double)got[i * n], (double)row_sum[i]);
+            free(got);
+        }
+        free(s);
+    }
+}
+END_TEST
+
 Suite *suite_softmax(void)
 {
     Suite *s = suite_create("softmax");
     TCase *tc = tcase_create("softmax");
     tcase_add_test(tc, softmax_update_edges);
     tcase_add_test(tc, softmax_exp_accuracy);
+    tcase_add_test(tc, softmax_single_key_exact);
     suite_add_tcase(s, tc);
     return s;
 }

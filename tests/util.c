@@ -152,6 +152,33 @@ void check_weights(const float *got, const double *want, int64_t rows,
     }
 }
 
+/* A row that sees one key (weight exactly 1) is that key's value row bit
+ * for bit, as PyTorch's exp(0) = 1 gives (docs/design.md, "Kernel
+ * contract"): checked when no keep or bias mask can hide keys inside the
+ * range of keys the row's causal, window and length limits leave, and V
+ * is not 8-bit (code times scale is rounded to float once widened, the
+ * oracle's product is not). */
+static void check_one_key_row(const mha_attention_args *args,
+                              const double *w, int64_t lk, const float *o,
+                              const double *want, int64_t dv,
+                              const char *what, const char *isa)
+{
+    if ((args->mask && (args->mask->keep || args->mask->bias)) ||
+        mha_dtype_size(args->v.dtype) == 1)
+        return;
+    int64_t seen = 0, at = 0;
+    for (int64_t j = 0; j < lk; j++)
+        if (w[j] != 0.0)
+            seen++, at = j;
+    if (seen != 1 || w[at] != 1.0)
+        return;
+    for (int64_t c = 0; c < dv; c++)
+        REQUIRE((double)o[c] == want[c],
+                "%s [%s]: a row seeing only key %lld: out[%lld] = %.9g, "
+                "want its value %.9g exactly", what, isa, (long long)at,
+                (long long)c, (double)o[c], want[c]);
+}
+
 void check_attention(const mha_attention_args *args, size_t out_floats,
                      int want_weights, int nthreads, const char *what)
 {
@@ -203,8 +230,13 @@ void check_attention(const mha_attention_args *args, size_t out_floats,
                     int visible = 0;
                     for (int64_t j = 0; j < Lk && !visible; j++)
                         visible = w[j] != 0.0;
-                    if (visible)
+                    if (visible) {
+                        check_one_key_row(args, w, Lk,
+                                          &got[((b * Lq + i) * H + h) * dv],
+                                          &want[((b * Lq + i) * H + h) * dv],
+                                          dv, what, isa);
                         continue;
+                    }
                     const float *o = &got[((b * Lq + i) * H + h) * dv];
                     for (int64_t c = 0; c < dv; c++)
                         REQUIRE(o[c] == 0.0f,
