@@ -156,7 +156,7 @@ static void quantize_rows(const mha_tensor *src, const mha_tensor *dst,
  * src, dst and dst's scales pairwise disjoint. Fills *d (dst with
  * scales_out in place), *qmax and *range (dst's bytes). */
 static mha_status check_pair(const mha_tensor *src, const mha_tensor *dst,
-                             const char *name, float *scales_out,
+                             const char *name, int paged, float *scales_out,
                              int scale_values, mha_tensor *d, float *qmax,
                              mha_span *range)
 {
@@ -186,6 +186,21 @@ static mha_status check_pair(const mha_tensor *src, const mha_tensor *dst,
         d->scales.data = scales_out;
     if ((st = mha_check_tensor(d, name, 1, scale_values, &rd)) != MHA_OK)
         return st;
+    /* The shapes before any overlap: a dst shaped unlike src describes
+     * memory the caller never meant, which may well reach a neighbour. A
+     * pool's slots stand for src's tokens: only heads and dim must agree. */
+#define SAME(f)                                                            \
+    if (d->f != src->f)                                                    \
+        return mha_fail(MHA_ERR_BAD_SHAPE,                                 \
+                        "%s." #f " (%lld) differs from src." #f " (%lld)", \
+                        name, (long long)d->f, (long long)src->f);
+    if (!paged) {
+        SAME(batch)
+        SAME(seq)
+    }
+    SAME(heads)
+    SAME(dim)
+#undef SAME
     if (!mha_non_self_overlapping(d))
         return mha_fail(MHA_ERR_BAD_STRIDE,
                         "%s strides (%lld, %lld, %lld) make distinct "
@@ -211,20 +226,10 @@ mha_status mha_quantize(const mha_tensor *src, const mha_tensor *dst,
     mha_tensor d;
     float qmax = 0.0f;
     mha_span rd;
-    mha_status st = check_pair(src, dst, "dst", scales_out, !scales_out, &d,
-                               &qmax, &rd);
+    mha_status st = check_pair(src, dst, "dst", 0, scales_out, !scales_out,
+                               &d, &qmax, &rd);
     if (st != MHA_OK)
         return st;
-#define SAME(f)                                                            \
-    if (d.f != src->f)                                                     \
-        return mha_fail(MHA_ERR_BAD_SHAPE,                                 \
-                        "dst." #f " (%lld) differs from src." #f " (%lld)", \
-                        (long long)d.f, (long long)src->f);
-    SAME(batch)
-    SAME(seq)
-    SAME(heads)
-    SAME(dim)
-#undef SAME
     if (scales_out)
         compute_scales(src, &d, qmax, scales_out);
     quantize_rows(src, &d, d.scales.data);
@@ -257,19 +262,11 @@ mha_status mha_quantize_paged(const mha_tensor *src, const mha_tensor *pool,
     mha_span rp = {0, 0};
     /* Scale values are checked below, for the written slots only. */
     mha_status st =
-        check_pair(src, pool, "pool", scales_out, 0, &d, &qmax, &rp);
+        check_pair(src, pool, "pool", 1, scales_out, 0, &d, &qmax, &rp);
     if (st != MHA_OK)
         return st;
     if (!slots)
         return mha_fail(MHA_ERR_NULL_POINTER, "slots is NULL");
-    if (d.heads != src->heads)
-        return mha_fail(MHA_ERR_BAD_SHAPE,
-                        "pool.heads (%lld) differs from src.heads (%lld)",
-                        (long long)d.heads, (long long)src->heads);
-    if (d.dim != src->dim)
-        return mha_fail(MHA_ERR_BAD_SHAPE,
-                        "pool.dim (%lld) differs from src.dim (%lld)",
-                        (long long)d.dim, (long long)src->dim);
     int64_t n = src->batch * src->seq, nslots; /* n: src's extent fits */
     if (!mha_mul_ok(d.batch, d.seq, &nslots))
         return mha_fail(MHA_ERR_OVERFLOW, "pool.batch * pool.seq overflows");
