@@ -323,6 +323,14 @@ static inline int sm_exp2_row(float *s, int64_t n, const sm_base2 *b2,
     *psum = sm_exp2(s, n, mk_v_set1(b2->A), mk_v_set1(-B), mk_v_set1(k));
     return 1;
 }
+#else
+/* Without mk_v_exp2k every row takes sm_exp. */
+static inline int sm_exp2_row(float *s, int64_t n, const sm_base2 *b2,
+                              float mx, float *psum)
+{
+    (void)s, (void)n, (void)b2, (void)mx, (void)psum;
+    return 0;
+}
 #endif
 
 /* One row of the step: scale and mask the visible columns [lo, hi), P =
@@ -357,14 +365,8 @@ MK_SM_INLINE int sm_row(float *row, int64_t n, int64_t lo, int64_t hi,
         vis[0] = 1.0f;
         *psum = 1.0f;
     }
-#if MK_V_EXP2
     else if (!sm_exp2_row(vis, count, b2, mx, psum))
         *psum = sm_exp(vis, count, mk_v_set1(a), mk_v_set1(mx));
-#else
-    else
-        *psum = sm_exp(vis, count, mk_v_set1(a), mk_v_set1(mx));
-    (void)b2;
-#endif
     *mnew = mx;
     return 1;
 }
