@@ -63,12 +63,12 @@ MK_INLINE MK_V times_pow2(MK_V p, MK_V n)
  * 1-thread AVX2 prefill goes"). As 2^t, t = x log2(e) = n + f, n rounded
  * to nearest, |f| <= 1/2 from one FMA (x L - n) plus x L_lo (L_lo =
  * log2(e) - L); 2^f by kernels/exp2_poly.h's degree 6 (2^0 exactly 1,
- * about 1 ulp), times 2^n
- * (times_pow2). x is clamped at -88 first, where n = -127 builds +0:
- * below about -87.7 the result is 0 (as a probability that small is in
- * fp32 accumulation) and -inf gives 0, without a compare. MAXPS returns
- * its second operand when either is NaN, so a NaN x passes the clamp, and
- * its 2^n (from CVTPS2DQ's 0x80000000) is a finite 1.0: NaN stays NaN. */
+ * about 1 ulp), times 2^n (times_pow2). x is clamped at -88 first, where
+ * n = -127 builds +0: below about -87.7 the result is 0 (as a probability
+ * that small is in fp32 accumulation) and -inf gives 0, without a
+ * compare. MAXPS returns its second operand when either is NaN, so a NaN
+ * x passes the clamp, and its 2^n (from CVTPS2DQ's 0x80000000) is a
+ * finite 1.0: NaN stays NaN. */
 MK_INLINE MK_V mk_v_exp(MK_V x)
 {
     MK_V xc = _mm256_max_ps(_mm256_set1_ps(-88.0f), x);
