@@ -79,8 +79,8 @@ static void stage_rows(const mk_table *t, const mha_problem *p,
 {
     if (p->compute == MHA_F32)
         return;
-    /* The bf16 slots read the caller's bf16 rows (q_src) themselves. */
-    if (with_q && !(pl->bf16_native && !rb->decode)) {
+    /* The half slots read the caller's half rows (q_src) themselves. */
+    if (with_q && !(pl->half && !rb->decode)) {
         size_t cs = mha_dtype_size(p->compute);
         for (int64_t r = 0; r < rb->rows; r++)
             t->widen[p->compute](rb->q_src + (size_t)(r * rb->ldq_src) * cs,

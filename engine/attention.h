@@ -58,8 +58,10 @@ struct mha_plan {
     int cache_heads;    /* some sequence keeps heads (scratch for it) */
     int any_prefill;    /* some sequence takes the prefill stream */
     int any_decode;     /* some sequence takes the decode stream */
-    int bf16_native;    /* prefill blocks compute in bf16 (mha_plan_make):
-                           q, K and V read as bf16, no widening */
+    /* The table's slots of the compute dtype when prefill blocks compute
+     * in it natively (mha_plan_make: q, K and V read as half codes, no
+     * widening), else NULL. */
+    const mk_half_slots *half;
     int64_t group;      /* query heads per kv head */
     int64_t units;      /* over the sequences: heads x row_blocks */
     int64_t decode_key_block; /* keys per block of the decode stream */

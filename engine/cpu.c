@@ -87,16 +87,30 @@ static int detect_neon(void) { return 1; } /* baseline of AArch64 */
 static int detect_neon(void) { return 0; }
 #endif
 
-/* The neonbf16 table: NEON plus FEAT_BF16 (HWCAP2_BF16). */
+/* The neonfhm table: NEON plus half-precision arithmetic and FEAT_FHM
+ * (HWCAP_ASIMDHP, HWCAP_ASIMDFHM); the neonbf16 table, built on it, also
+ * FEAT_BF16 (HWCAP2_BF16). */
 #if defined(__aarch64__) && defined(__linux__)
+#ifndef HWCAP_ASIMDHP
+#define HWCAP_ASIMDHP (1 << 10)
+#endif
+#ifndef HWCAP_ASIMDFHM
+#define HWCAP_ASIMDFHM (1 << 23)
+#endif
 #ifndef HWCAP2_BF16
 #define HWCAP2_BF16 (1 << 14)
 #endif
+static int detect_neon_fhm(void)
+{
+    unsigned long want = HWCAP_ASIMDHP | HWCAP_ASIMDFHM;
+    return detect_neon() && (getauxval(AT_HWCAP) & want) == want;
+}
 static int detect_neon_bf16(void)
 {
-    return detect_neon() && (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
+    return detect_neon_fhm() && (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
 }
 #else
+static int detect_neon_fhm(void) { return 0; }
 static int detect_neon_bf16(void) { return 0; }
 #endif
 
@@ -105,3 +119,4 @@ int mha_cpu_detect_avx512(void) { return detect_avx512(); }
 int mha_cpu_detect_avx512_bf16(void) { return detect_avx512_bf16(); }
 int mha_cpu_detect_neon(void) { return detect_neon(); }
 int mha_cpu_detect_neon_bf16(void) { return detect_neon_bf16(); }
+int mha_cpu_detect_neon_fhm(void) { return detect_neon_fhm(); }

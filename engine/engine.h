@@ -26,6 +26,7 @@ int mha_cpu_detect_avx512(void);
 int mha_cpu_detect_avx512_bf16(void);
 int mha_cpu_detect_neon(void);
 int mha_cpu_detect_neon_bf16(void);
+int mha_cpu_detect_neon_fhm(void);
 
 /* isa.c: the filled table of an ISA, or an error status (with message)
  * when the build or the CPU lacks it. isa may be MHA_ISA_AUTO. Tests and

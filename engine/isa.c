@@ -40,6 +40,11 @@ static int always(void) { return 1; }
 #else
 #define INIT_NEONBF16 NULL
 #endif
+#ifdef MHA_HAVE_NEONFHM
+#define INIT_NEONFHM mk_init_neonfhm
+#else
+#define INIT_NEONFHM NULL
+#endif
 #ifdef MHA_HAVE_NEON
 #define INIT_NEON mk_init_neon
 #else
@@ -48,7 +53,8 @@ static int always(void) { return 1; }
 
 /* Best first: MHA_ISA_AUTO takes the first row the build and CPU have.
  * Each initialiser calls its base's first (avx512bf16 on avx512, avx512
- * on avx2, neonbf16 on neon, the others on generic), so a slot an ISA leaves comes from the nearest table.
+ * on avx2, neonbf16 on neonfhm, neonfhm on neon, the others on generic),
+ * so a slot an ISA leaves comes from the nearest table.
  * X(enum value, name, detection, initialiser) */
 #define ISA_ROWS(X)                                                  \
     X(MHA_ISA_AVX512_BF16, "avx512bf16", mha_cpu_detect_avx512_bf16,   \
@@ -57,6 +63,8 @@ static int always(void) { return 1; }
     X(MHA_ISA_AVX2, "avx2", mha_cpu_detect_avx2_fma, INIT_AVX2)     \
     X(MHA_ISA_NEON_BF16, "neonbf16", mha_cpu_detect_neon_bf16,         \
       INIT_NEONBF16)                                                 \
+    X(MHA_ISA_NEON_FHM, "neonfhm", mha_cpu_detect_neon_fhm,           \
+      INIT_NEONFHM)                                                  \
     X(MHA_ISA_NEON, "neon", mha_cpu_detect_neon, INIT_NEON)         \
     X(MHA_ISA_GENERIC, "generic", always, mk_init_generic)
 

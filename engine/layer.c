@@ -2,7 +2,7 @@
  * table's linear kernel, attention per head, output projection; in fp32,
  * or in bf16 (desc.dtype): bf16 activations between the steps, each step
  * summing in fp32, through the table's bf16 slots where it has them
- * (qk_bf16 is a bf16 matmul: x w^T of packed w), else on fp32 kernels over
+ * (the bf16 slots' qk is a bf16 matmul: x w^T of packed w), else on fp32 kernels over
  * rows widened a chunk at a time (docs/design.md, "Compute dtype"). */
 #include <math.h>
 #include <string.h>
@@ -20,7 +20,7 @@ struct mha_layer {
     int shard; /* shard_heads given: no out bias, no averaged weights */
     mha_dtype dtype; /* MHA_F32 or MHA_BF16 */
     /* Packed q, k, v, out projections: by pack (fp32; for bf16 the
-     * weights' bf16 values), or, where bf16[i], by pack_bf16. */
+     * weights' bf16 values), or, where bf16[i], by the bf16 slots' pack. */
     float *w[4];
     int bf16[4];
     float *b[4]; /* their biases, or NULL (a shard has no out bias) */
@@ -85,7 +85,7 @@ static void round_bf16(float *x, int64_t n)
 }
 
 /* Packs projection i (n rows of k at stride ld) into l->w[i]: as is (fp32
- * layer), or its bf16 values, packed for qk_bf16 (l->bf16[i]) or widened
+ * layer), or its bf16 values, packed for the bf16 qk (l->bf16[i]) or widened
  * back for the fp32 kernels. MHA_ERR_OUT_OF_MEMORY when the staging copy
  * cannot be had. */
 static mha_status pack_weights(const mk_table *t, const mha_layer *l, int i,
@@ -108,7 +108,7 @@ static mha_status pack_weights(const mk_table *t, const mha_layer *l, int i,
         uint16_t *codes = (uint16_t *)(void *)rows;
         for (int64_t x = 0; x < n * k; x++)
             mha_f32_to_bf16(&rows[x], 1, &codes[x]);
-        t->pack_bf16(codes, k, n, k, l->w[i]);
+        t->half[MK_HALF_BF16].pack(codes, k, n, k, l->w[i]);
     } else {
         round_bf16(rows, n * k); /* the bf16 values, for the fp32 kernels */
         t->pack(rows, k, n, k, l->w[i]);
@@ -213,7 +213,7 @@ mha_status mha_layer_create(const mha_engine *engine,
     l->shard = desc->shard_heads != 0;
     l->dtype = desc->dtype;
     for (int i = 0; i < 4; i++) {
-        l->bf16[i] = l->dtype == MHA_BF16 && t->qk_bf16 && in[i] % 2 == 0;
+        l->bf16[i] = l->dtype == MHA_BF16 && t->half[MK_HALF_BF16].qk && in[i] % 2 == 0;
         size_t floats = l->bf16[i] ? t->packed_floats(n[i], in[i] / 2)
                                    : t->packed_floats(n[i], in[i]);
         l->w[i] = mha_alloc(floats * sizeof(float));
@@ -263,7 +263,7 @@ static void project_bf16_rows(const mk_table *t, const mha_layer *l, int i,
     float *acc = tmp, *in = tmp + LINEAR_ROWS * n;
     const float *bias = l->b[i];
     if (l->bf16[i]) {
-        /* qk_bf16 reads pairs of codes: rows at an odd stride or address
+        /* The bf16 qk reads pairs of codes: rows at an odd stride or address
          * are copied into pairs first. */
         if (lda % 2 != 0 || (uintptr_t)a % 4 != 0) {
             for (int64_t r = 0; r < m; r++)
@@ -272,7 +272,7 @@ static void project_bf16_rows(const mk_table *t, const mha_layer *l, int i,
             a = (const uint16_t *)(void *)in;
             lda = k;
         }
-        t->qk_bf16(a, lda, m, l->w[i], n, k, acc, n);
+        t->half[MK_HALF_BF16].qk(a, lda, m, l->w[i], n, k, acc, n);
         if (bias)
             for (int64_t r = 0; r < m; r++)
                 for (int64_t j = 0; j < n; j++)

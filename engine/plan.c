@@ -260,10 +260,10 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
           !mha_mul_ok(bk, p->d, &part[KW])) ||
          !mha_mul_ok(values, p->dv, &part[VW])))
         return 0;
-    /* bf16 compute packs values by pairs of keys, a block's pack as large
-     * as a full block's (prefill.c, bf16_values). */
-    if (pl->any_prefill && pl->bf16_native) {
-        size_t vp = t->packed_v_bf16_floats(values, p->dv);
+    /* Half compute packs values by pairs of keys, a block's pack as large
+     * as a full block's (prefill.c, half_values). */
+    if (pl->any_prefill && pl->half) {
+        size_t vp = pl->half->packed_v_floats(values, p->dv);
         if (vp > (size_t)INT64_MAX / 2)
             return 0;
         if ((int64_t)vp > part[VW])
@@ -285,24 +285,32 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
     return 1;
 }
 
-/* Whether the prefill stream computes in bf16 on the table's bf16 slots
- * (docs/design.md, "Compute dtype"): bf16 q, K and V, even d, a dense
- * cache (a paged one is gathered through fp32), and query and key rows
- * that stay pairs of codes (4-byte aligned q, even strides). Decided once
- * per call, so every row block of a head shares one packing. */
-static int bf16_native(const mk_table *t, const mha_problem *p)
+/* The slots the prefill stream computes on when it computes natively in
+ * a half dtype (docs/design.md, "Compute dtype"), else NULL: q, K and V
+ * all of the compute dtype (bf16 or f16) and the table has its slots,
+ * even d, a dense cache (a paged one is gathered through fp32), and query
+ * and key rows that stay pairs of codes (4-byte aligned q, even strides).
+ * Decided once per call, so every row block of a head shares one
+ * packing. */
+static const mk_half_slots *half_native(const mk_table *t,
+                                        const mha_problem *p)
 {
-    return t->qk_bf16 && p->compute == MHA_BF16 && p->k_dtype == MHA_BF16 &&
-           p->v_dtype == MHA_BF16 && !p->block_table && p->d % 2 == 0 &&
-           (uintptr_t)p->q % 4 == 0 && p->q_sb % 2 == 0 &&
-           p->q_ss % 2 == 0 && p->q_sh % 2 == 0 && p->k_ss % 2 == 0;
+    if (p->compute != MHA_BF16 && p->compute != MHA_F16)
+        return NULL;
+    const mk_half_slots *h =
+        &t->half[p->compute == MHA_BF16 ? MK_HALF_BF16 : MK_HALF_F16];
+    int ok = h->qk && p->k_dtype == p->compute && p->v_dtype == p->compute &&
+             !p->block_table && p->d % 2 == 0 && (uintptr_t)p->q % 4 == 0 &&
+             p->q_sb % 2 == 0 && p->q_ss % 2 == 0 && p->q_sh % 2 == 0 &&
+             p->k_ss % 2 == 0;
+    return ok ? h : NULL;
 }
 
 mha_status mha_plan_make(const mha_engine *engine, const mha_problem *p,
                          mha_plan *pl)
 {
     const mk_table *t = &engine->kernels;
-    pl->bf16_native = bf16_native(t, p);
+    pl->half = half_native(t, p);
     if (!cut_work(t, p, pl))
         return mha_fail(MHA_ERR_OVERFLOW,
                         "attention work items for %lld sequences overflow",

@@ -103,26 +103,27 @@ static void pack_keys(const mk_table *t, const mha_problem *p,
     t->pack(k, ldk, nk, p->d, kp);
 }
 
-/* bf16 compute (pl->bf16_native): rows [k0, k0 + n) of the row block's
- * K (value 0) or V head in place, as bf16 codes at stride *ld. */
-static const uint16_t *bf16_rows(const mha_problem *p,
+/* Half compute (pl->half): rows [k0, k0 + n) of the row block's K (value
+ * 0) or V head in place, as half codes at stride *ld. */
+static const uint16_t *half_rows(const mha_problem *p,
                                  const mha_row_block *rb, int value,
                                  int64_t k0, int64_t n, ptrdiff_t *ld)
 {
     const char *x;
     const float *scale;
     int64_t run = mha_kv_run(p, rb, value, k0, n, &x, &scale);
-    (void)run; /* a dense cache: one run (bf16_native in plan.c) */
+    (void)run; /* a dense cache: one run (half_native in plan.c) */
     *ld = value ? p->v_ss : p->k_ss;
     return (const uint16_t *)(const void *)x;
 }
 
-/* bf16 compute: values [k0, k0 + nk) as the pairs pv_bf16 reads (*cb:
+/* Half compute: values [k0, k0 + nk) as the pairs h->pv reads (*cb:
  * its column block stride), packed into vw a key block at a time (each
  * block's pack as big as a full block's) and kept across the head's row
  * blocks with the head cache. k0 is a block's start, or an even key of a
  * block ensure_cached packed whole. */
-static const float *bf16_values(const mk_table *t, const mha_problem *p,
+static const float *half_values(const mk_half_slots *h,
+                                const mha_problem *p,
                                 const mha_row_block *rb,
                                 const mha_scratch *sc, int64_t k0,
                                 int64_t nk, ptrdiff_t *cb)
@@ -130,27 +131,27 @@ static const float *bf16_values(const mk_table *t, const mha_problem *p,
     int64_t bk = rb->key_block, kb = k0 / bk * bk;
     float *block = sc->vw;
     int pack = 1;
-    *cb = (ptrdiff_t)t->packed_v_bf16_floats(bk, 1);
+    *cb = (ptrdiff_t)h->packed_v_floats(bk, 1);
     if (sc->cache) {
         mha_head_cache *c = sc->cache;
-        block += t->packed_v_bf16_floats(kb, p->dv);
+        block += h->packed_v_floats(kb, p->dv);
         pack = cache_claim(&c->vhead, &c->vlo, &c->vhi, rb->cache_id, k0, nk);
     }
-    float *at = block + t->packed_v_bf16_floats(k0 - kb, 1);
+    float *at = block + h->packed_v_floats(k0 - kb, 1);
     if (pack) {
         ptrdiff_t ldv;
-        const uint16_t *v = bf16_rows(p, rb, 1, k0, nk, &ldv);
-        t->pack_v_bf16(v, ldv, nk, p->dv, at, *cb);
+        const uint16_t *v = half_rows(p, rb, 1, k0, nk, &ldv);
+        h->pack_v(v, ldv, nk, p->dv, at, *cb);
     }
     return at;
 }
 
-/* Floats of packed keys before key k0 of a head: the bf16 slots pack
+/* Floats of packed keys before key k0 of a head: the half slots pack
  * pairs of codes, a float's width, so their depth is d / 2. */
 static size_t packed_before(const mk_table *t, const mha_problem *p,
                             const mha_plan *pl, int64_t k0)
 {
-    return t->packed_floats(k0, pl->bf16_native ? p->d / 2 : p->d);
+    return t->packed_floats(k0, pl->half ? p->d / 2 : p->d);
 }
 
 void mha_prefill_scores(const mk_table *t, const mha_problem *p,
@@ -169,20 +170,20 @@ void mha_prefill_scores(const mk_table *t, const mha_problem *p,
         kp += packed_before(t, p, pl, k0);
         pack = cache_claim(&c->head, &c->lo, &c->hi, rb->cache_id, k0, nk);
     }
-    if (pl->bf16_native) {
+    if (pl->half) {
         ptrdiff_t ldk;
         if (pack) {
-            const uint16_t *k = bf16_rows(p, rb, 0, k0, nk, &ldk);
-            t->pack_bf16(k, ldk, nk, p->d, kp);
+            const uint16_t *k = half_rows(p, rb, 0, k0, nk, &ldk);
+            pl->half->pack(k, ldk, nk, p->d, kp);
         }
-        t->qk_bf16((const uint16_t *)(const void *)rb->q_src, rb->ldq_src,
-                   rb->rows, kp, nk, p->d, sc->s, rb->key_block);
+        pl->half->qk((const uint16_t *)(const void *)rb->q_src, rb->ldq_src,
+                     rb->rows, kp, nk, p->d, sc->s, rb->key_block);
     } else {
         if (pack)
             pack_keys(t, p, rb, sc, k0, nk, kp);
         t->qk(rb->q, rb->ldq, rb->rows, kp, nk, p->d, sc->s, rb->key_block);
     }
-    (pl->bf16_native ? t->softmax_update_bf16 : t->softmax_update)(
+    (pl->half ? pl->half->softmax_update : t->softmax_update)(
         sc->s, rb->key_block, rb->rows, nk, p->scale, &mk, m, row_sum,
         sc->alpha);
 }
@@ -198,9 +199,9 @@ static void key_step(const mk_table *t, const mha_problem *p,
     if (rb->w)
         t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, rb->w_ld);
     ptrdiff_t ldv;
-    if (pl->bf16_native) { /* P becomes bf16 codes in sc->s */
-        const float *vp = bf16_values(t, p, rb, sc, k0, nk, &ldv);
-        t->pv_bf16(sc->s, bk, rb->rows, nk, vp, ldv, dv, sc->alpha, o, dv);
+    if (pl->half) { /* P becomes half codes in sc->s */
+        const float *vp = half_values(pl->half, p, rb, sc, k0, nk, &ldv);
+        pl->half->pv(sc->s, bk, rb->rows, nk, vp, ldv, dv, sc->alpha, o, dv);
         return;
     }
     const float *v = sc->cache ? cached_values(t, p, rb, sc, k0, nk, &ldv)
@@ -218,12 +219,12 @@ static void ensure_cached(const mk_table *t, const mha_problem *p,
     int pack = cache_claim(&c->head, &c->lo, &c->hi, rb->cache_id, k0, nk);
     float *kp = sc->kp + packed_before(t, p, pl, k0);
     ptrdiff_t ld;
-    if (pl->bf16_native) {
+    if (pl->half) {
         if (pack) {
-            const uint16_t *k = bf16_rows(p, rb, 0, k0, nk, &ld);
-            t->pack_bf16(k, ld, nk, p->d, kp);
+            const uint16_t *k = half_rows(p, rb, 0, k0, nk, &ld);
+            pl->half->pack(k, ld, nk, p->d, kp);
         }
-        bf16_values(t, p, rb, sc, k0, nk, &ld);
+        half_values(pl->half, p, rb, sc, k0, nk, &ld);
         return;
     }
     if (pack)

@@ -356,41 +356,57 @@ typedef void mk_linear_fn(const float *a, ptrdiff_t lda, int64_t m,
                           const float *wp, int64_t n, int64_t k,
                           const float *bias, float *c, ptrdiff_t ldc);
 
-/* bf16 compute (docs/design.md, "Compute dtype"): optional slots, NULL
- * in a table without a bf16 dot product (the engine then widens to fp32).
- * Operands are bf16 codes; d is even and row strides count elements.
- * pack_bf16: n key rows of depth d (ldx even) into the panels qk_bf16
- * reads, packed_floats(n, d / 2) floats (block offsets as for pack, at
+/* Half compute (docs/design.md, "Compute dtype"): optional slots per half
+ * dtype h (bf16, f16), all NULL in a table without a dot product of that
+ * dtype (the engine then widens to fp32). Operands are codes of h; d is
+ * even and row strides count elements. The packed layouts belong to the
+ * table: only its own slots read them.
+ * pack: n key rows of depth d (ldx even) into the panels qk reads,
+ * packed_floats(n, d / 2) floats (block offsets as for the fp32 pack, at
  * depth d / 2).
- * qk_bf16: s[i][j] = sum_p q[i][p] * K[j][p], unscaled, ldq even and q
- * 4-byte aligned; products exact, sums in fp32 two terms at a time (a
- * different order from qk's); inputs and results below FLT_MIN may
- * flush to zero.
- * pack_v_bf16: n value rows of width dv as pairs of keys: column block b
- * (columns 32b..32b+31) at packed + b * cb_stride holds ceil(n / 2) rows
- * of 32 words, word (t, c) = the codes of V[2t][32b + c] (low half) and
- * V[2t + 1][32b + c], zeros past dv and for the missing key of an odd n.
- * cb_stride >= packed_v_bf16_floats(n, 1); the whole pack is
- * packed_v_bf16_floats(n, dv) floats when cb_stride is that minimum.
- * pv_bf16: o[i][c] = alpha[i] * o[i][c] + sum_j bf16(p[i][j]) * V[j][c],
- * c < dv, over keys j < n of a pack (vp, cb_stride; vp may start at an
- * even key of a larger pack, whose keys past n it never multiplies). p
- * rounded to bf16 to nearest even: the rounding bf16 hardware multiplies
- * in. p (ldp >= n when m > 1) is scratch: its rows are overwritten with
- * the bf16 codes. Sums in key order, two keys at a time.
- * softmax_update_bf16: softmax_update for a P that pv_bf16 rounds to bf16
- * next: its exp may be as coarse as a few 1e-6 relative. */
-typedef void mk_pack_bf16_fn(const uint16_t *x, ptrdiff_t ldx, int64_t n,
+ * qk: s[i][j] = sum_p q[i][p] * K[j][p], unscaled, ldq even and q 4-byte
+ * aligned; products exact (both halves' products fit fp32's mantissa),
+ * sums in fp32 in an order of the table's (not qk's); bf16 inputs and
+ * results below FLT_MIN may flush to zero.
+ * pack_v: n value rows of width dv by pairs of keys into column blocks:
+ * block b at packed + b * cb_stride holds ceil(n / 2) pair rows, zeros
+ * past dv and for the missing key of an odd n. cb_stride >=
+ * packed_v_floats(n, 1); the whole pack is packed_v_floats(n, dv) floats
+ * when cb_stride is that minimum, and packed_v_floats(k, 1) for an even k
+ * is where key k's pair row starts in a block.
+ * pv: o[i][c] = alpha[i] * o[i][c] + sum_j h(p[i][j]) * V[j][c], c < dv,
+ * over keys j < n of a pack (vp, cb_stride; vp may start at an even key
+ * of a larger pack, whose keys past n it never multiplies). p rounded to
+ * h to nearest even: the rounding the hardware multiplies in. p (ldp >= n
+ * when m > 1) is scratch: its rows are overwritten with the codes. Sums
+ * in key order, two keys at a time.
+ * softmax_update: softmax_update for a P that pv rounds to h next: its
+ * exp may be as coarse as a few 1e-6 relative. */
+typedef enum mk_half {
+    MK_HALF_BF16 = 0,
+    MK_HALF_F16 = 1,
+    MK_HALF_COUNT
+} mk_half;
+typedef void mk_pack_half_fn(const uint16_t *x, ptrdiff_t ldx, int64_t n,
                              int64_t d, float *packed);
-typedef void mk_qk_bf16_fn(const uint16_t *q, ptrdiff_t ldq, int64_t m,
+typedef void mk_qk_half_fn(const uint16_t *q, ptrdiff_t ldq, int64_t m,
                            const float *kp, int64_t n, int64_t d, float *s,
                            ptrdiff_t lds);
-typedef void mk_pack_v_bf16_fn(const uint16_t *v, ptrdiff_t ldv, int64_t n,
+typedef void mk_pack_v_half_fn(const uint16_t *v, ptrdiff_t ldv, int64_t n,
                                int64_t dv, float *packed,
                                ptrdiff_t cb_stride);
-typedef void mk_pv_bf16_fn(float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+typedef void mk_pv_half_fn(float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                            const float *vp, ptrdiff_t cb_stride, int64_t dv,
                            const float *alpha, float *o, ptrdiff_t ldo);
+/* One half dtype's slots: all six, or none (NULL). */
+typedef struct mk_half_slots {
+    mk_pack_half_fn *pack;
+    mk_qk_half_fn *qk;
+    mk_packed_floats_fn *packed_v_floats;
+    mk_pack_v_half_fn *pack_v;
+    mk_pv_half_fn *pv;
+    mk_softmax_update_fn *softmax_update;
+} mk_half_slots;
 
 /* The benchmark's FMA peak: independent multiply-add chains in this ISA's
  * widest registers, `iterations` steps of every chain; the result depends
@@ -422,13 +438,8 @@ typedef struct mk_table {
     mk_decode_pv_fn *decode_pv;
     mk_widen_fn *widen[MK_DTYPE_COUNT]; /* widen[MK_F32] copies */
     mk_linear_fn *linear;
-    /* bf16 compute: all six, or none (NULL). */
-    mk_pack_bf16_fn *pack_bf16;
-    mk_qk_bf16_fn *qk_bf16;
-    mk_packed_floats_fn *packed_v_bf16_floats;
-    mk_pack_v_bf16_fn *pack_v_bf16;
-    mk_pv_bf16_fn *pv_bf16;
-    mk_softmax_update_fn *softmax_update_bf16;
+    /* Half compute, indexed by mk_half. */
+    mk_half_slots half[MK_HALF_COUNT];
 
     /* For the benchmark only: the FMA peak loop and the floating-point
      * operations one iteration of it performs. */
@@ -442,14 +453,16 @@ typedef struct mk_table {
  * mk_init_avx2 exists only when the build defines MHA_HAVE_AVX2 (base:
  * generic), mk_init_avx512 only with MHA_HAVE_AVX512 (base: avx2),
  * mk_init_avx512bf16 only with MHA_HAVE_AVX512BF16 (base: avx512),
- * mk_init_neon only with MHA_HAVE_NEON (base: generic), mk_init_neonbf16
- * only with MHA_HAVE_NEONBF16 (base: neon). Whether the CPU can
+ * mk_init_neon only with MHA_HAVE_NEON (base: generic), mk_init_neonfhm
+ * only with MHA_HAVE_NEONFHM (base: neon), mk_init_neonbf16 only with
+ * MHA_HAVE_NEONBF16 (base: neonfhm). Whether the CPU can
  * run a table is the engine's question (engine/isa.c). */
 void mk_init_generic(mk_table *t);
 void mk_init_avx2(mk_table *t);
 void mk_init_avx512(mk_table *t);
 void mk_init_avx512bf16(mk_table *t);
 void mk_init_neon(mk_table *t);
+void mk_init_neonfhm(mk_table *t);
 void mk_init_neonbf16(mk_table *t);
 
 #ifdef __cplusplus

@@ -54,20 +54,21 @@
         loop(x, n, y, bf16_to_f32);                            \
     }
 
-/* The bf16 compute slots of an ISA with a bf16 dot product (all of them
- * but softmax_update_bf16, which a table sets to the step it chooses). */
-#define MK_DECLARE_BF16(isa, tile)                             \
-    mk_pack_bf16_fn mk_##isa##_pack_bf16;                      \
-    mk_qk_bf16_fn mk_##isa##_qk_bf16_##tile;                   \
-    mk_packed_floats_fn mk_##isa##_packed_v_bf16_floats;       \
-    mk_pack_v_bf16_fn mk_##isa##_pack_v_bf16;                  \
-    mk_pv_bf16_fn mk_##isa##_pv_bf16_##tile
-#define MK_SET_BF16(t, isa, tile)                              \
-    ((t)->pack_bf16 = mk_##isa##_pack_bf16,                    \
-     (t)->qk_bf16 = mk_##isa##_qk_bf16_##tile,                 \
-     (t)->packed_v_bf16_floats = mk_##isa##_packed_v_bf16_floats, \
-     (t)->pack_v_bf16 = mk_##isa##_pack_v_bf16,                \
-     (t)->pv_bf16 = mk_##isa##_pv_bf16_##tile)
+/* The half compute slots of an ISA with a dot product of half dtype h
+ * (bf16 or f16; all of them but softmax_update, which a table sets to the
+ * step it chooses); H is the slot set's index (MK_HALF_BF16, MK_HALF_F16). */
+#define MK_DECLARE_HALF(isa, h, tile)                          \
+    mk_pack_half_fn mk_##isa##_pack_##h;                       \
+    mk_qk_half_fn mk_##isa##_qk_##h##_##tile;                  \
+    mk_packed_floats_fn mk_##isa##_packed_v_##h##_floats;      \
+    mk_pack_v_half_fn mk_##isa##_pack_v_##h;                   \
+    mk_pv_half_fn mk_##isa##_pv_##h##_##tile
+#define MK_SET_HALF(t, H, isa, h, tile)                        \
+    ((t)->half[H].pack = mk_##isa##_pack_##h,                  \
+     (t)->half[H].qk = mk_##isa##_qk_##h##_##tile,             \
+     (t)->half[H].packed_v_floats = mk_##isa##_packed_v_##h##_floats, \
+     (t)->half[H].pack_v = mk_##isa##_pack_v_##h,              \
+     (t)->half[H].pv = mk_##isa##_pv_##h##_##tile)
 
 #define MK_DECLARE_PEAK(isa)                                   \
     mk_fma_chains_fn mk_##isa##_fma_chains;                    \

@@ -8,12 +8,17 @@
  * tolerance plus half an ulp of the output dtype (2^-8 bf16, 2^-11 fp16,
  * relative). Bytes of the output buffer outside its view stay untouched.
  *
- * A table with bf16 slots (avx512bf16) computes bf16 q over bf16 K/V with
- * even d natively: P is rounded to bf16 before P·V, so there the output
- * is held to the oracle alone, with one more term for that rounding:
- * bf16(P_j) = P_j (1 + e_j), |e_j| <= 2^-8, moves the output by at most
- * 2^-8 sum_j P_j |V_j| / sum_j P_j <= 2^-8 max |V|. It must also be
- * bitwise the same on 1 and 3 threads.
+ * A table with slots of the compute dtype (avx512bf16 and neonbf16 for
+ * bf16, neonfhm and neonbf16 for f16) computes half q over K/V of the same
+ * dtype with even d natively: P is rounded to the half dtype before P·V,
+ * so there the output is held to the oracle alone, with one more term for
+ * that rounding. bf16(P_j) = P_j (1 + e_j), |e_j| <= 2^-8, moves the
+ * output by at most 2^-8 sum_j P_j |V_j| / sum_j P_j <= 2^-8 max |V|.
+ * f16's is 2^-11 relative for P_j >= 2^-14, and at most 2^-25 absolute
+ * below (subnormal steps of 2^-24); since sum_j P_j >= 1 (the row's
+ * maximum gives P = 1), the output moves by at most (2^-11 + n 2^-25)
+ * max |V| over n keys. It must also be bitwise the same on 1 and 3
+ * threads.
  */
 #include <math.h>
 #include <stdio.h>
@@ -60,6 +65,16 @@ static const compute_case CASES[] = {
      MHA_CAUSAL_NONE, MHA_BF16, 1, 0},
     {"varlen bf16 kv", 3, 4, 2, 60, 91, 64, 64, MHA_CAUSAL_BOTTOM_RIGHT,
      MHA_BF16, 2, 1},
+    /* f16 K/V: the native f16 path where a table has it, on the same
+     * edges. */
+    {"prefill f16 kv", 2, 4, 2, 150, 171, 64, 64, MHA_CAUSAL_BOTTOM_RIGHT,
+     MHA_F16, 2, 0},
+    {"prefill f16 kv d=128 dv=80", 1, 2, 1, 301, 301, 128, 80,
+     MHA_CAUSAL_TOP_LEFT, MHA_F16, 1, 0},
+    {"prefill f16 kv odd d (widened)", 1, 2, 2, 40, 33, 31, 31,
+     MHA_CAUSAL_NONE, MHA_F16, 1, 0},
+    {"varlen f16 kv", 3, 4, 2, 60, 91, 64, 64, MHA_CAUSAL_BOTTOM_RIGHT,
+     MHA_F16, 2, 1},
 };
 #define NCASES ((int)(sizeof CASES / sizeof CASES[0]))
 
@@ -151,21 +166,26 @@ START_TEST(half_compute)
 
     /* Half an ulp relative to the value: 2^-11 (fp16), 2^-8 (bf16). */
     const double ulp = dt == MHA_F16 ? 1.0 / 2048 : 1.0 / 256;
-    double vmax = 0;
-    for (size_t x = 0; x < nv; x++) {
+    double vmax = 0; /* max |V| of a half K/V (the native paths' term) */
+    for (size_t x = 0; x < nv && c->kv == dt; x++) {
         float w;
-        mha_bf16_to_f32((const uint16_t *)vs + x, 1, &w);
-        if (c->kv == MHA_BF16 && fabs(w) > vmax)
+        from_half(dt, (const uint16_t *)vs + x, 1, &w);
+        if (fabs(w) > vmax)
             vmax = fabs(w);
     }
+    /* P's rounding in the native path (the header's bound). */
+    const double p_term = dt == MHA_BF16
+                              ? vmax / 256
+                              : vmax * (1.0 / 2048 + (double)c->lk * 0x1p-25);
     mha_isa isas[TEST_MAX_ISAS];
     int n_isas = available_isas(isas);
     for (int ii = 0; ii < n_isas; ii++) {
         mk_table table;
         mha_isa picked;
         ck_assert(mha_dispatch(isas[ii], &picked, &table) == MHA_OK);
-        const int native = table.qk_bf16 && dt == MHA_BF16 &&
-                           c->kv == MHA_BF16 && c->d % 2 == 0;
+        const mk_half h = dt == MHA_BF16 ? MK_HALF_BF16 : MK_HALF_F16;
+        const int native =
+            table.half[h].qk && c->kv == dt && c->d % 2 == 0;
         mha_engine *e = make_engine(isas[ii], c->threads);
         for (size_t x = 0; x < no + 2 * GUARD; x++)
             oh[x] = 0xA5A5u;
@@ -191,15 +211,15 @@ START_TEST(half_compute)
             mha_engine_destroy(e3);
             for (size_t x = 0; x < no; x++) {
                 REQUIRE(oh[GUARD + x] == first[x],
-                        "%s bf16 isa %s: out[%zu] differs on 3 threads",
-                        c->name, mha_isa_name(isas[ii]), x);
+                        "%s %s isa %s: out[%zu] differs on 3 threads",
+                        c->name, dname, mha_isa_name(isas[ii]), x);
                 from_half(dt, &oh[GUARD + x], 1, &got);
                 double tol = TOL_ATTN_ABS + (TOL_ATTN_REL + ulp) * fabs(want[x]) +
-                             vmax / 256;
+                             p_term;
                 REQUIRE(fabs((double)got - want[x]) <= tol,
-                        "%s bf16 native isa %s: out[%zu] = %g, oracle %g",
-                        c->name, mha_isa_name(isas[ii]), x, (double)got,
-                        want[x]);
+                        "%s %s native isa %s: out[%zu] = %g, oracle %g",
+                        c->name, dname, mha_isa_name(isas[ii]), x,
+                        (double)got, want[x]);
             }
             free(first);
         }

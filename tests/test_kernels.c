@@ -7,10 +7,10 @@
  * kernel is checked against plain double loops (TOL_REF) and, for a table
  * other than generic, against the generic table's float result
  * (TOL_KERNEL). The softmax step is test_softmax.c, the decode kernels
- * test_kernel_decode.c. The bf16 compute slots (pack_bf16, qk_bf16,
- * pv_bf16) of the tables that have them are checked against double loops
- * on the bf16 values (P rounded to bf16 first, as the slot's contract
- * says), at TOL_REF.
+ * test_kernel_decode.c. The half compute slots (pack, qk, pack_v, pv of
+ * bf16 and of f16) of the tables that have them are checked against
+ * double loops on the half values (P rounded to the half dtype first, as
+ * the slot's contract says), at TOL_REF.
  */
 #include <math.h>
 #include <stdio.h>
@@ -313,35 +313,55 @@ START_TEST(broadcast_input_rows)
 END_TEST
 
 
-/* ---- bf16 compute slots ------------------------------------------------ */
+/* ---- half compute slots ------------------------------------------------ */
 
-/* n random values as bf16 codes (at stride ld, the gaps random too) and
+static const char *const HALF_NAME[MK_HALF_COUNT] = {"bf16", "f16"};
+
+static void to_half(mk_half h, const float *x, size_t n, uint16_t *y)
+{
+    if (h == MK_HALF_BF16)
+        mha_f32_to_bf16(x, n, y);
+    else
+        mha_f32_to_f16(x, n, y);
+}
+
+static void from_half(mk_half h, const uint16_t *x, size_t n, float *y)
+{
+    if (h == MK_HALF_BF16)
+        mha_bf16_to_f32(x, n, y);
+    else
+        mha_f16_to_f32(x, n, y);
+}
+
+/* n random values as codes of h (at stride ld, the gaps random too) and
  * their values as a dense n-row double array of width w. */
-static uint16_t *bf16_rows(test_rng *r, int64_t n, int64_t w, ptrdiff_t ld,
-                           double **wide)
+static uint16_t *half_rows(mk_half h, test_rng *r, int64_t n, int64_t w,
+                           ptrdiff_t ld, double **wide)
 {
     size_t count = (size_t)((n - 1) * ld + w);
     float *f = random_floats(r, count);
     uint16_t *x = test_alloc(count * sizeof *x);
-    mha_f32_to_bf16(f, count, x);
+    to_half(h, f, count, x);
     *wide = test_alloc((size_t)(n * w) * sizeof **wide);
     for (int64_t i = 0; i < n; i++)
         for (int64_t c = 0; c < w; c++) {
             float v;
-            mha_bf16_to_f32(&x[i * ld + c], 1, &v);
+            from_half(h, &x[i * ld + c], 1, &v);
             (*wide)[i * w + c] = v;
         }
     free(f);
     return x;
 }
 
-static void qk_bf16_case(const mk_table *t, const char *isa, int64_t m,
-                         int64_t n, int64_t d, ptrdiff_t ldq, ptrdiff_t ldk,
-                         test_rng *r)
+static void qk_half_case(const mk_table *t, mk_half h, const char *isa,
+                         int64_t m, int64_t n, int64_t d, ptrdiff_t ldq,
+                         ptrdiff_t ldk, test_rng *r)
 {
+    const mk_half_slots *hs = &t->half[h];
     const ptrdiff_t lds = n + 5;
     double *qd, *kd;
-    uint16_t *q = bf16_rows(r, m, d, ldq, &qd), *k = bf16_rows(r, n, d, ldk, &kd);
+    uint16_t *q = half_rows(h, r, m, d, ldq, &qd);
+    uint16_t *k = half_rows(h, r, n, d, ldk, &kd);
     double *want = test_alloc((size_t)(m * n) * sizeof *want);
     double *mag = test_alloc((size_t)(m * n) * sizeof *mag);
     for (int64_t i = 0; i < m; i++)
@@ -353,44 +373,45 @@ static void qk_bf16_case(const mk_table *t, const char *isa, int64_t m,
             }
             want[i * n + j] = sum, mag[i * n + j] = abs;
         }
-    expect e = {.kernel = "pack_bf16+qk_bf16", .isa = isa,
-                .against = "double"};
+    expect e = {.kernel = h == MK_HALF_BF16 ? "pack+qk bf16" : "pack+qk f16",
+                .isa = isa, .against = "double"};
     snprintf(e.shape, sizeof e.shape, "m %lld n %lld d %lld ldq %td ldk %td",
              (long long)m, (long long)n, (long long)d, ldq, ldk);
     size_t kp_floats = t->packed_floats(n, d / 2);
     float *kp = out_buffer(kp_floats);
-    t->pack_bf16(k, ldk, n, d, kp);
+    hs->pack(k, ldk, n, d, kp);
     REQUIRE(count_changed(kp + kp_floats, GUARD) == 0,
-            "pack_bf16 [%s] %s: wrote past packed_floats(n, d / 2)", isa,
-            e.shape);
+            "pack %s [%s] %s: wrote past packed_floats(n, d / 2)",
+            HALF_NAME[h], isa, e.shape);
     float *s = out_buffer((size_t)(m * lds));
-    t->qk_bf16(q, ldq, m, kp, n, d, s, lds);
+    hs->qk(q, ldq, m, kp, n, d, s, lds);
     expect_matrix(&e, s, m, n, lds, want, mag, NULL, TOL_REF_ABS, TOL_REF_REL);
     free(q), free(k), free(qd), free(kd), free(want), free(mag), free(kp);
     free(s);
 }
 
 /* Keys [off, off + n) of a pack of off + n + 1 value rows (off even, a
- * padded column block stride) whose key after the range is +inf: pv_bf16
+ * padded column block stride) whose key after the range is +inf: pv
  * must not multiply it (0 x inf would make NaN). */
-static void pv_bf16_case(const mk_table *t, const char *isa, int64_t m,
-                         int64_t n, int64_t dv, ptrdiff_t ldv, int64_t off,
-                         test_rng *r)
+static void pv_half_case(const mk_table *t, mk_half h, const char *isa,
+                         int64_t m, int64_t n, int64_t dv, ptrdiff_t ldv,
+                         int64_t off, test_rng *r)
 {
+    const mk_half_slots *hs = &t->half[h];
     const ptrdiff_t ldp = n + 3, ldo = dv + 7;
     const int64_t rows = off + n + 1;
     float *p = random_floats(r, (size_t)(m * ldp));
     for (size_t x = 0; x < (size_t)(m * ldp); x++)
         p[x] = x % 11 == 3 ? 0.0f : fabsf(p[x]);
-    /* The reference multiplies P rounded to bf16 (the slot's contract). */
+    /* The reference multiplies P rounded to h (the slot's contract). */
     float *pr = test_alloc((size_t)(m * ldp) * sizeof *pr);
     uint16_t *code = test_alloc((size_t)(m * ldp) * sizeof *code);
-    mha_f32_to_bf16(p, (size_t)(m * ldp), code);
-    mha_bf16_to_f32(code, (size_t)(m * ldp), pr);
+    to_half(h, p, (size_t)(m * ldp), code);
+    from_half(h, code, (size_t)(m * ldp), pr);
     double *vd;
-    uint16_t *v = bf16_rows(r, rows, dv, ldv, &vd);
+    uint16_t *v = half_rows(h, r, rows, dv, ldv, &vd);
     for (int64_t c = 0; c < dv && ldv > 0; c++) /* (ldv 0: one row) */
-        v[(off + n) * ldv + c] = 0x7F80u;           /* +inf */
+        v[(off + n) * ldv + c] = h == MK_HALF_BF16 ? 0x7F80u : 0x7C00u; /* +inf */
     float *alpha = random_floats(r, (size_t)m);
     for (int64_t i = 0; i < m; i++)
         alpha[i] = i % 5 == 0 ? 1.0f : i % 5 == 1 ? 0.0f : fabsf(alpha[i]);
@@ -398,67 +419,70 @@ static void pv_bf16_case(const mk_table *t, const char *isa, int64_t m,
     double *want = test_alloc((size_t)(m * dv) * sizeof *want);
     double *mag = test_alloc((size_t)(m * dv) * sizeof *mag);
     ref_pv(m, n, dv, pr, ldp, vd + off * dv, alpha, o0, ldo, want, mag);
-    expect e = {.kernel = "pack_v_bf16+pv_bf16", .isa = isa,
-                .against = "double"};
+    expect e = {.kernel = h == MK_HALF_BF16 ? "pack_v+pv bf16" : "pack_v+pv f16",
+                .isa = isa, .against = "double"};
     snprintf(e.shape, sizeof e.shape,
              "m %lld n %lld dv %lld ldv %td keys from %lld", (long long)m,
              (long long)n, (long long)dv, ldv, (long long)off);
-    const ptrdiff_t cb = (ptrdiff_t)t->packed_v_bf16_floats(rows, 1) + 16;
+    const ptrdiff_t cb = (ptrdiff_t)hs->packed_v_floats(rows, 1) + 16;
     /* Column blocks of the table's width: one pair of keys' pack is one
      * row of each. */
     const size_t blocks =
-        t->packed_v_bf16_floats(2, dv) / t->packed_v_bf16_floats(2, 1);
+        hs->packed_v_floats(2, dv) / hs->packed_v_floats(2, 1);
     const size_t vp_floats = (size_t)cb * (blocks > 0 ? blocks : 1);
     float *vp = out_buffer(vp_floats);
-    t->pack_v_bf16(v, ldv, rows, dv, vp, cb);
+    hs->pack_v(v, ldv, rows, dv, vp, cb);
     REQUIRE(count_changed(vp + vp_floats, GUARD) == 0,
-            "pack_v_bf16 [%s] %s: wrote past its column blocks", isa,
-            e.shape);
+            "pack_v %s [%s] %s: wrote past its column blocks", HALF_NAME[h],
+            isa, e.shape);
     float *o = out_buffer((size_t)(m * ldo));
     for (int64_t i = 0; i < m; i++)
         memcpy(&o[i * ldo], &o0[i * ldo], (size_t)dv * sizeof(float));
-    t->pv_bf16(p, ldp, m, n, vp + t->packed_v_bf16_floats(off, 1), cb, dv,
-               alpha, o, ldo);
+    hs->pv(p, ldp, m, n, vp + hs->packed_v_floats(off, 1), cb, dv, alpha, o,
+           ldo);
     expect_matrix(&e, o, m, dv, ldo, want, mag, NULL, TOL_REF_ABS, TOL_REF_REL);
     free(p), free(pr), free(code), free(v), free(vd), free(alpha), free(o0);
     free(want), free(mag), free(o), free(vp);
 }
 
-START_TEST(bf16_slots)
+START_TEST(half_slots)
 {
     table_set ts;
     get_tables(&ts);
     test_rng r;
     rng_seed(&r, 61);
-    int ran = 0;
-    for (int x = 0; x < ts.n; x++) {
-        const mk_table *t = &ts.t[x];
-        const char *isa = mha_isa_name(ts.isa[x]);
-        int set = !!t->pack_bf16 + !!t->qk_bf16 + !!t->packed_v_bf16_floats +
-                  !!t->pack_v_bf16 + !!t->pv_bf16 + !!t->softmax_update_bf16;
-        REQUIRE(set == 0 || set == 6, "table %s sets %d of the 6 bf16 slots",
-                isa, set);
-        if (!t->qk_bf16)
+    int ran[MK_HALF_COUNT] = {0};
+    for (int x = 0; x < ts.n * MK_HALF_COUNT; x++) {
+        const mk_table *t = &ts.t[x / MK_HALF_COUNT];
+        const mk_half h = (mk_half)(x % MK_HALF_COUNT);
+        const mk_half_slots *hs = &t->half[h];
+        const char *isa = mha_isa_name(ts.isa[x / MK_HALF_COUNT]);
+        int set = !!hs->pack + !!hs->qk + !!hs->packed_v_floats +
+                  !!hs->pack_v + !!hs->pv + !!hs->softmax_update;
+        REQUIRE(set == 0 || set == 6, "table %s sets %d of the 6 %s slots",
+                isa, set, HALF_NAME[h]);
+        if (!hs->qk)
             continue;
-        ran++;
+        ran[h]++;
         static const int64_t ms[] = {1, 11, 12, 13, 145};
         static const int64_t ns[] = {1, 2, 31, 33, 129, 300};
         static const int64_t ds[] = {2, 18, 64, 130};
         for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
             for (size_t j = 0; j < sizeof ns / sizeof *ns; j++)
                 for (size_t k = 0; k < sizeof ds / sizeof *ds; k++)
-                    qk_bf16_case(t, isa, ms[i], ns[j], ds[k],
+                    qk_half_case(t, h, isa, ms[i], ns[j], ds[k],
                                  ds[k] + 2 * (int64_t)i, ds[k] + 4, &r);
         static const int64_t dvs[] = {1, 16, 31, 32, 33, 80, 128};
         for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
             for (size_t j = 0; j < sizeof ns / sizeof *ns; j++)
                 for (size_t k = 0; k < sizeof dvs / sizeof *dvs; k++)
-                    pv_bf16_case(t, isa, ms[i], ns[j], dvs[k],
+                    pv_half_case(t, h, isa, ms[i], ns[j], dvs[k],
                                  dvs[k] + (int64_t)j, 2 * (int64_t)(k % 3) * 16,
                                  &r);
-        pv_bf16_case(t, isa, 5, 23, 17, 0, 0, &r); /* one value row for all */
+        pv_half_case(t, h, isa, 5, 23, 17, 0, 0, &r); /* one value row for all */
     }
-    printf("bf16 compute slots checked on %d table(s)\n", ran);
+    printf("half compute slots checked: bf16 on %d table(s), f16 on %d\n",
+           ran[MK_HALF_BF16], ran[MK_HALF_F16]);
 }
 END_TEST
 
@@ -474,7 +498,7 @@ Suite *suite_kernels(void)
     tcase_add_test(tc, cvt_f16_exhaustive);
     tcase_add_test(tc, cvt_bf16_exhaustive);
     tcase_add_test(tc, broadcast_input_rows);
-    tcase_add_test(tc, bf16_slots);
+    tcase_add_test(tc, half_slots);
     suite_add_tcase(s, tc);
     return s;
 }

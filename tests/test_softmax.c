@@ -10,9 +10,9 @@
  * reference is a double loop that decides visibility key by key from the
  * mask's definition (not through mk_visible_range); TOL_REF against it,
  * TOL_KERNEL against the generic table, and masked P, alpha = 1 and the
- * state of empty rows bitwise. A table's softmax_update_bf16 (the bf16
- * path's step, with a shorter exp) runs every case as a table of its own,
- * at the same tolerances.
+ * state of empty rows bitwise. A table's half compute steps (the bf16
+ * path's, with a shorter exp) run every case as tables of their own, at
+ * the same tolerances.
  */
 #include <math.h>
 #include <stdio.h>
@@ -341,18 +341,25 @@ static void softmax_case(const table_set *ts, int64_t m, int64_t n, int v,
     free(mb.key_keep);
 }
 
-/* The tables plus, for each with a bf16 step, a copy whose softmax_update
- * is that step. */
-static table_set with_bf16_steps(const table_set *ts)
+/* The tables plus, for each half dtype a table has slots for whose step
+ * is not the table's own softmax_update, a copy whose softmax_update is
+ * that step. */
+static table_set with_half_steps(const table_set *ts)
 {
+    static const char *const name[MK_HALF_COUNT] = {
+        "softmax_update of bf16", "softmax_update of f16"};
     table_set all = *ts;
     for (int x = 0; x < ts->n; x++)
-        if (ts->t[x].softmax_update_bf16) {
+        for (int h = 0; h < MK_HALF_COUNT; h++) {
+            mk_softmax_update_fn *f = ts->t[x].half[h].softmax_update;
+            if (!f || f == ts->t[x].softmax_update ||
+                (h > 0 && f == ts->t[x].half[h - 1].softmax_update))
+                continue;
             ck_assert_int_lt(all.n, TEST_MAX_ISAS);
             all.isa[all.n] = ts->isa[x];
             all.t[all.n] = ts->t[x];
-            all.t[all.n].softmax_update = ts->t[x].softmax_update_bf16;
-            all.t[all.n].name = "softmax_update_bf16";
+            all.t[all.n].softmax_update = f;
+            all.t[all.n].name = name[h];
             all.n++;
         }
     return all;
@@ -361,7 +368,7 @@ static table_set with_bf16_steps(const table_set *ts)
 static void softmax_tile(const table_set *tables, int64_t m, int64_t n,
                          test_rng *r)
 {
-    const table_set all = with_bf16_steps(tables);
+    const table_set all = with_half_steps(tables);
     const table_set *ts = &all;
     for (int v = 0; v < N_MASK_VARIANTS; v++) {
         /* Fresh state, or a running max (9) above every score (< 8.2),
@@ -383,11 +390,11 @@ END_TEST
  * score as stored), against the double exp at a bound far tighter than
  * the attention tolerances: 2.5e-7 relative (about 2 ulp; the inline
  * polynomials measured 1.2e-7 and 2.1e-7) for softmax_update, 1e-5 for a
- * softmax_update_bf16 (its P is rounded to bf16, 2^-9, next; its exp
- * measured 6.4e-6), plus |x| 2^-23: a pass in base 2 (softmax_driver.h,
- * sm_exp2) rounds its argument x log2(e) to float, as any float exp(x -
- * max) rounds x - max when max is not 0 (an absolute error of P below
- * 4.4e-8 everywhere: e^x |x| 2^-23 <= 2^-23 / e). */
+ * half dtype's step (its P is rounded to bf16, 2^-9, or f16, 2^-12,
+ * next; the bf16 exp measured 6.4e-6), plus |x| 2^-23: a pass in base 2
+ * (softmax_driver.h, sm_exp2) rounds its argument x log2(e) to float, as
+ * any float exp(x - max) rounds x - max when max is not 0 (an absolute
+ * error of P below 4.4e-8 everywhere: e^x |x| 2^-23 <= 2^-23 / e). */
 START_TEST(softmax_exp_accuracy)
 {
     table_set ts;
@@ -404,18 +411,21 @@ START_TEST(softmax_exp_accuracy)
     mask.diag_lo = MK_NO_DIAG_LO;
     mask.diag_hi = MK_NO_DIAG_HI;
     mask.key_limit = n;
+    static const char *const what[1 + MK_HALF_COUNT] = {"", " of bf16",
+                                                         " of f16"};
     for (int x_ = 0; x_ < ts.n; x_++)
-        for (int bf16 = 0; bf16 < 2; bf16++) {
-            mk_softmax_update_fn *f = bf16 ? ts.t[x_].softmax_update_bf16
-                                           : ts.t[x_].softmax_update;
+        for (int h = 0; h <= MK_HALF_COUNT; h++) {
+            mk_softmax_update_fn *f = h ? ts.t[x_].half[h - 1].softmax_update
+                                        : ts.t[x_].softmax_update;
             if (!f)
                 continue;
-            const double base = bf16 ? 1e-5 : 2.5e-7;
+            const double base = h && f != ts.t[x_].softmax_update ? 1e-5
+                                                                  : 2.5e-7;
             memcpy(s, x, (size_t)n * sizeof *s);
             float mx = -INFINITY, sum = 0.0f, alpha = 0.0f;
             f(s, n, 1, n, 1.0f, &mask, &mx, &sum, &alpha);
             REQUIRE(mx == 0.0f, "softmax_update%s [%s]: max %a, want 0",
-                    bf16 ? "_bf16" : "", mha_isa_name(ts.isa[x_]),
+                    what[h], mha_isa_name(ts.isa[x_]),
                     (double)mx);
             double worst = 0.0, bound = base;
             int64_t at = 0;
@@ -428,7 +438,7 @@ START_TEST(softmax_exp_accuracy)
             }
             REQUIRE(worst <= bound,
                     "softmax_update%s [%s]: exp(%a) = %a, want %a: relative "
-                    "error %.3g > %.3g", bf16 ? "_bf16" : "",
+                    "error %.3g > %.3g", what[h],
                     mha_isa_name(ts.isa[x_]), (double)x[at], (double)s[at],
                     exp((double)x[at]), worst, bound);
         }
@@ -445,7 +455,7 @@ START_TEST(softmax_single_key_exact)
 {
     table_set ts;
     get_tables(&ts);
-    const table_set all = with_bf16_steps(&ts);
+    const table_set all = with_half_steps(&ts);
     test_rng r;
     rng_seed(&r, 61);
     const int64_t m = 19;

@@ -5,7 +5,7 @@
 
 #include "table_init.h"
 
-MK_DECLARE_BF16(avx512bf16, 12x32);
+MK_DECLARE_HALF(avx512bf16, bf16, 12x32);
 MK_DECLARE_DECODE(avx512bf16);
 mk_softmax_update_fn mk_avx512bf16_softmax_update;
 mk_normalize_fn mk_avx512bf16_normalize;

@@ -10,7 +10,7 @@ void mk_init_avx512bf16(mk_table *t)
 {
     mk_init_avx512(t);
     t->name = "avx512bf16";
-    MK_SET_BF16(t, avx512bf16, 12x32);
+    MK_SET_HALF(t, MK_HALF_BF16, avx512bf16, bf16, 12x32);
     MK_SET_DECODE(t, avx512bf16);
-    t->softmax_update_bf16 = mk_avx512bf16_softmax_update;
+    t->half[MK_HALF_BF16].softmax_update = mk_avx512bf16_softmax_update;
 }
