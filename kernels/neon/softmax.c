@@ -1,11 +1,13 @@
 /* The online-softmax step and the normalisation on NEON: the driver of
- * softmax_driver.h over 4-lane primitives, exp from SLEEF
+ * softmax_driver.h over 4-lane primitives; the exp pass in base 2 inline
+ * (mk_v_exp2k), the rescale factors' exp from SLEEF
  * (Sleef_expf4_u10advsimd, 1.0 ULP). NEON has no masked loads: a tail
  * goes through a zero-padded copy, so nothing past the row is touched. */
 #include <arm_neon.h>
 #include <sleef.h>
 #include <string.h>
 
+#include "exp2_poly.h"
 #include "neon.h"
 
 #define MK_V float32x4_t
@@ -50,6 +52,29 @@ MK_INLINE MK_V mk_v_fma(MK_V a, MK_V b, MK_V c) { return vfmaq_f32(c, a, b); }
 /* FMAXNM returns the number when one operand is NaN. */
 MK_INLINE MK_V mk_v_max(MK_V x, MK_V acc) { return vmaxnmq_f32(x, acc); }
 MK_INLINE MK_V mk_v_exp(MK_V x) { return Sleef_expf4_u10advsimd(x); }
+/* k 2^t for t <= 2^-20 (sm_exp2 of softmax_driver.h: the exp pass in
+ * base 2, its argument out of one FMA, k a correction near 1), inline as
+ * on x86 (kernels/avx2/softmax.c): t clamped at -127, n = t rounded to
+ * nearest, 2^(t - n) by kernels/exp2_poly.h's degree 5 with its
+ * coefficients times k (hoisted: k is the same across the caller's loop),
+ * times 2^n built as the bits (n + 127) << 23 (n = -127: +0, so -inf
+ * gives 0). FMAX propagates a NaN t, whose n converts to 0 (2^0 = 1): NaN
+ * stays NaN. Replaces a SLEEF call per 4 scores in the exp pass; the
+ * rescale factors keep SLEEF's exp (exp(0) exactly 1). */
+MK_INLINE MK_V mk_v_exp2k(MK_V t, MK_V k)
+{
+    MK_V tc = vmaxq_f32(vdupq_n_f32(-127.0f), t);
+    MK_V n = vrndnq_f32(tc);
+#define MK_FMA(a, b, c) vfmaq_f32(c, a, b)
+#define MK_CK(c) vmulq_f32(vdupq_n_f32(c), k)
+    MK_V p = MK_EXP2_DEG5(MK_FMA, MK_CK, vsubq_f32(tc, n));
+#undef MK_CK
+#undef MK_FMA
+    int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)),
+                              23);
+    return vmulq_f32(p, vreinterpretq_f32_s32(e));
+}
+#define MK_V_EXP2 1
 MK_INLINE MK_V mk_v_tanh(MK_V x) { return Sleef_tanhf4_u10advsimd(x); }
 MK_INLINE float mk_v_hmax(MK_V x) { return vmaxnmvq_f32(x); }
 MK_INLINE float mk_v_hsum(MK_V x) { return vaddvq_f32(x); }
