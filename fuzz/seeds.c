@@ -230,8 +230,22 @@ static bytes layer_bytes(const layer_req *r)
 static const char *out_dir;
 static int written;
 
+/* Each seed is a file named after it: a second seed of one name would
+ * replace the first without a word, so the names written so far are kept
+ * and a repeat stops the writer. */
 static void emit(const char *name, bytes b)
 {
+    static const char *names[1024];
+    for (int i = 0; i < written; i++)
+        if (strcmp(names[i], name) == 0) {
+            fprintf(stderr, "fuzz_seeds: two seeds named %s\n", name);
+            exit(1);
+        }
+    if (written == (int)(sizeof names / sizeof names[0])) {
+        fprintf(stderr, "fuzz_seeds: more than %d seeds\n", written);
+        exit(1);
+    }
+    names[written] = name;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", out_dir, name);
     FILE *f = fopen(path, "wb");
@@ -435,9 +449,9 @@ static void terms_seeds(void)
          .t = {.flags = T | TF_SINKS, .sinks = SV_NAN, .sinks_at = 1});
     ATTN("bad-scale-zero", .k = MHA_I8,
          .t = {.kscale = SC_TENSOR | SCV_ZERO << 5});
-    ATTN("bad-scale-nan", .v = MHA_FP8_E4M3, .B = 2,
+    ATTN("bad-kv-scales-nan", .v = MHA_FP8_E4M3, .B = 2,
          .t = {.vscale = SC_ROW_BSH | SCV_NAN << 5, .scale_at = 9});
-    ATTN("bad-scale-inf", .k = MHA_FP8_E5M2, .Hkv = 2,
+    ATTN("bad-kv-scales-inf", .k = MHA_FP8_E5M2, .Hkv = 2,
          .t = {.kscale = SC_HEAD | SCV_INF << 5, .scale_at = 1});
     ATTN("bad-scale-stride", .k = MHA_I8, .v = MHA_I8,
          .t = {.kscale = SC_ROW_BSH, .vscale = SC_NEGATIVE | 1 << 3});
@@ -522,8 +536,8 @@ static void attention_seeds(const mask_req *all_masks, const special *sp,
     ATTN("bad-key-length", .B = 2,
          .mask = {M_LENGTHS, 0, {0}, {0}, {6, 0x11}});
     ATTN("bad-mask-stride", .mask = {M_KEEP, 0, {6, 3, 0}, {0}, {0}});
-    ATTN("bad-scale-nan", .scale = {8, 1});
-    ATTN("bad-scale-inf", .scale = {9, 0});
+    ATTN("bad-softmax-scale-nan", .scale = {8, 1});
+    ATTN("bad-softmax-scale-inf", .scale = {9, 0});
     ATTN("bad-dtype-k", .k = -1);
     ATTN("quant-k-no-scales", .k = MHA_I8, .Lq = 1, .Lk = 73, .d = 40);
     /* q.dtype = 1 (f16): the value's low bit clear, dtype value >> 1 */
