@@ -2,8 +2,8 @@
  * table's linear kernel, attention per head, output projection; in fp32,
  * or in bf16 (desc.dtype): bf16 activations between the steps, each step
  * summing in fp32, through the table's bf16 slots where it has them
- * (the bf16 slots' qk is a bf16 matmul: x w^T of packed w), else on fp32 kernels over
- * rows widened a chunk at a time (docs/design.md, "Compute dtype"). */
+ * (their qk is a bf16 matmul: x w^T of packed w), else on fp32 kernels
+ * over rows widened a chunk at a time (docs/design.md, "Compute dtype"). */
 #include <math.h>
 #include <string.h>
 

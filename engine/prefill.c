@@ -259,7 +259,7 @@ static mha_row_block sub_block(const mha_problem *p, const mha_row_block *rb,
 {
     mha_row_block sub = *rb;
     sub.rows = rb->rows - r < n ? rb->rows - r : n;
-    if (sub.q) /* NULL when the bf16 slots read q_src */
+    if (sub.q) /* NULL when the half slots read q_src */
         sub.q += r * rb->ldq;
     sub.q_src += (size_t)(r * rb->ldq_src) * mha_dtype_size(p->compute);
     sub.out += r * rb->ldo;
