@@ -225,7 +225,7 @@ static float sm_sum(const float *s, int64_t n)
 }
 #endif
 
-/* What sm_exp2_row needs of a call's multiplier a of the scores (the
+/* What sm_exp2_args needs of a call's multiplier a of the scores (the
  * scale, or 1 when pass 1 wrote them scaled): A = a log2(e) rounded, and
  * q = (a L - A) / a (L = log2(e) as a float), A's rounding per unit of
  * score. */
@@ -242,7 +242,7 @@ static inline sm_base2 sm_base2_of(float a)
 
 /* P of one vector of scores x: exp(a x - b) (the product rounded before
  * the subtraction, so a huge score times a small scale stays finite), or
- * with base2 k 2^(a x + b) (sm_exp2_row's a, -B and k). */
+ * with base2 k 2^(a x + b) (sm_exp2_args's -B and k). */
 MK_SM_INLINE MK_V sm_p(MK_V x, MK_V a, MK_V b, MK_V k, int base2)
 {
 #if MK_V_EXP2
@@ -291,7 +291,7 @@ static float sm_exp(float *s, int64_t n, MK_V a, MK_V b)
 }
 
 #if MK_V_EXP2
-/* Pass 2 in base 2 (sm_exp2_row): s[j] = k 2^(A s[j] - B) for j < n,
+/* Pass 2 in base 2 (sm_exp2_args): s[j] = k 2^(A s[j] - B) for j < n,
  * with A = a log2(e) and B = max' log2(e), each rounded to float: one FMA
  * a score (the product exact inside it) where sm_exp takes a multiply, a
  * subtraction and a multiply by log2(e). The roundings of A and B shift
@@ -303,54 +303,73 @@ static float sm_exp2(float *s, int64_t n, MK_V a, MK_V negb, MK_V k)
 {
     return sm_exp_pass(s, n, a, negb, k, 1);
 }
+#endif
 
-/* sm_exp2 for a row whose maximum is mx. With B = mx L rounded, A s - B
- * = (a s - mx) L' + c for every s, L' = A / a, up to (a s - mx) times A's
- * relative rounding: c = mx A / a - B = (mx L - B) - mx q, its first term
- * exact by an FMA. k = 2^-c by two terms of its series past 1 (|c| <
- * 2^-10 below the bound, so the next is under 2^-33). Returns 0 (and does
- * nothing) for rows past |mx| = 4096 or a multiplier too small for a
- * normal A and q: those take sm_exp. */
-static inline int sm_exp2_row(float *s, int64_t n, const sm_base2 *b2,
-                              float mx, float *psum)
+/* sm_exp2 for a row whose maximum is mx, in two halves so that a group's
+ * rows can find theirs before any row's exp pass (softmax_update). With
+ * B = mx L rounded, A s - B = (a s - mx) L' + c for every s, L' = A / a,
+ * up to (a s - mx) times A's relative rounding: c = mx A / a - B = (mx L -
+ * B) - mx q, its first term exact by an FMA. k = 2^-c by two terms of its
+ * series past 1 (|c| < 2^-10 below the bound, so the next is under
+ * 2^-33). sm_exp2_args returns 0 for rows past |mx| = 4096 or a
+ * multiplier too small for a normal A and q: those take sm_exp. */
+static inline int sm_exp2_args(const sm_base2 *b2, float mx, float *negb,
+                               float *k)
 {
+#if MK_V_EXP2
     if (!(fabsf(mx) <= 4096.0f && b2->a >= 0x1p-60f))
         return 0;
     const float L = 1.44269504f, B = mx * L;
     const float c = fmaf(mx, L, -B) - mx * b2->q;
     const float y = c * -0.693147181f;
-    const float k = fmaf(y, fmaf(0.5f, y, 1.0f), 1.0f);
-    *psum = sm_exp2(s, n, mk_v_set1(b2->A), mk_v_set1(-B), mk_v_set1(k));
+    *negb = -B;
+    *k = fmaf(y, fmaf(0.5f, y, 1.0f), 1.0f);
     return 1;
-}
 #else
-/* Without mk_v_exp2k every row takes sm_exp. */
-static inline int sm_exp2_row(float *s, int64_t n, const sm_base2 *b2,
-                              float mx, float *psum)
-{
-    (void)s, (void)n, (void)b2, (void)mx, (void)psum;
+    /* Without mk_v_exp2k every row takes sm_exp. */
+    (void)b2, (void)mx, (void)negb, (void)k;
     return 0;
-}
 #endif
+}
 
-/* One row of the step: scale and mask the visible columns [lo, hi), P =
- * exp(x - max') there and 0 elsewhere. Returns 0 for a row still empty
- * (P = 0), else 1 with *mnew = max' and *psum = sum_j P. */
-MK_SM_INLINE int sm_row(float *row, int64_t n, int64_t lo, int64_t hi,
-                        float scale, int unscaled, const float *bias,
-                        const uint8_t *keep, const uint8_t *key_keep,
-                        const sm_terms *tm, const sm_base2 *b2,
-                        float old_max, float *mnew, float *psum)
+/* What pass 1 of one row leaves for its pass 2 (softmax_update). */
+typedef struct {
+    int64_t lo, hi;
+    float bmax, mx;   /* the block's maximum; max' (-inf: the row is empty) */
+    float negb, k;    /* sm_exp2's arguments, when base2 */
+    int base2;
+} sm_rowpass;
+
+/* Pass 1 of one row: scale and mask the visible columns [lo, hi) (written
+ * back unless unscaled) and find max' = max(old_max, their maximum). */
+MK_SM_INLINE void sm_row_max(float *row, int64_t lo, int64_t hi,
+                             float scale, int unscaled, const float *bias,
+                             const uint8_t *keep, const uint8_t *key_keep,
+                             const sm_terms *tm, const sm_base2 *b2,
+                             float old_max, sm_rowpass *rp)
 {
     float *vis = row + lo;
     const int64_t count = hi - lo;
-    float bmax = unscaled ? scale * sm_max(vis, count)
-                 : tm->on ? sm_scale_mask_terms(vis, count, scale, bias,
-                                                keep, key_keep, tm)
-                          : sm_scale_mask(vis, count, scale, bias, keep,
-                                          key_keep);
-    float mx = mk_row_next_max(vis, count, bmax, old_max);
-    if (mx == -INFINITY) {
+    rp->lo = lo, rp->hi = hi;
+    rp->bmax = unscaled ? scale * sm_max(vis, count)
+               : tm->on ? sm_scale_mask_terms(vis, count, scale, bias, keep,
+                                              key_keep, tm)
+                        : sm_scale_mask(vis, count, scale, bias, keep,
+                                        key_keep);
+    rp->mx = mk_row_next_max(vis, count, rp->bmax, old_max);
+    rp->base2 = rp->mx != -INFINITY &&
+                sm_exp2_args(b2, rp->mx, &rp->negb, &rp->k);
+}
+
+/* Pass 2 of one row: P = exp(x - max') in [lo, hi) and 0 elsewhere.
+ * Returns 0 for a row still empty (P = 0), else 1 with *psum = sum_j P. */
+MK_SM_INLINE int sm_row_exp(float *row, int64_t n, const sm_rowpass *rp,
+                            float scale, int unscaled, const sm_base2 *b2,
+                            float *psum)
+{
+    const int64_t lo = rp->lo, hi = rp->hi, count = hi - lo;
+    float *vis = row + lo;
+    if (rp->mx == -INFINITY) {
         memset(row, 0, (size_t)n * sizeof *row);
         return 0;
     }
@@ -359,15 +378,20 @@ MK_SM_INLINE int sm_row(float *row, int64_t n, int64_t lo, int64_t hi,
     if (hi < n)
         memset(row + hi, 0, (size_t)(n - hi) * sizeof *row);
     const float a = unscaled ? scale : 1.0f;
-    if (count == 1 && bmax == mx) {
+    (void)b2; /* read only with MK_V_EXP2 */
+    if (count == 1 && rp->bmax == rp->mx) {
         /* One key, the row's maximum: P = exp(0) = 1 exactly, so its
          * output is its value row bit for bit (a causal first row). */
         vis[0] = 1.0f;
         *psum = 1.0f;
     }
-    else if (!sm_exp2_row(vis, count, b2, mx, psum))
-        *psum = sm_exp(vis, count, mk_v_set1(a), mk_v_set1(mx));
-    *mnew = mx;
+#if MK_V_EXP2
+    else if (rp->base2)
+        *psum = sm_exp2(vis, count, mk_v_set1(b2->A), mk_v_set1(rp->negb),
+                        mk_v_set1(rp->k));
+#endif
+    else
+        *psum = sm_exp(vis, count, mk_v_set1(a), mk_v_set1(rp->mx));
     return 1;
 }
 
@@ -404,8 +428,14 @@ void MK_SM_FN(softmax_update)(float *s, ptrdiff_t lds, int64_t m, int64_t n,
         const int64_t rows = m - i0 < MK_W ? m - i0 : MK_W;
         float arg[MK_W], sum[MK_W], e[MK_W];
         int live[MK_W];
+        sm_rowpass rp[MK_W];
         for (int64_t r = 0; r < MK_W; r++)
             arg[r] = 0.0f, sum[r] = 0.0f, live[r] = 0;
+        /* Pass 1 of every row of the group before any row's pass 2: a
+         * row's exp pass waits on its maximum (a horizontal reduction and
+         * the scalar arguments, tens of cycles), and found here, that
+         * latency overlaps the rows around it instead of standing between
+         * two exp passes (docs/design.md, "The softmax step's order"). */
         for (int64_t r = 0; r < rows; r++) {
             const int64_t i = i0 + r;
             int64_t lo, hi;
@@ -418,13 +448,17 @@ void MK_SM_FN(softmax_update)(float *s, ptrdiff_t lds, int64_t m, int64_t n,
                 tm.slope = mask->alibi[i * mask->alibi_ld];
                 tm.dist0 = lo - (mask->alibi_pos + i * mask->alibi_pos_step);
             }
-            float mnew = 0.0f;
-            live[r] = sm_row(s + i * lds, n, lo, hi, scale, unscaled, bias,
-                             keep, mask->key_keep ? mask->key_keep + lo : NULL,
-                             &tm, &b2, row_max[i], &mnew, &sum[r]);
+            sm_row_max(s + i * lds, lo, hi, scale, unscaled, bias, keep,
+                       mask->key_keep ? mask->key_keep + lo : NULL, &tm,
+                       &b2, row_max[i], &rp[r]);
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t i = i0 + r;
+            live[r] = sm_row_exp(s + i * lds, n, &rp[r], scale, unscaled,
+                                 &b2, &sum[r]);
             if (live[r]) {
-                arg[r] = row_max[i] - mnew;
-                row_max[i] = mnew;
+                arg[r] = row_max[i] - rp[r].mx;
+                row_max[i] = rp[r].mx;
             }
         }
         mk_v_store(e, mk_v_exp(mk_v_load(arg)));

@@ -56,7 +56,7 @@ MK_INLINE MK_V times_pow2(MK_V p, MK_V n)
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 #define MK_C1(c) _mm256_set1_ps(c)
-/* exp for x <= 0 (the rescale factors, and the rows sm_exp2_row of
+/* exp for x <= 0 (the rescale factors, and the rows sm_exp2_args of
  * softmax_driver.h leaves to sm_exp), inline: a call per 8 scores to
  * SLEEF's 1-ulp exp was a tenth of prefill's instructions at d = 64 and
  * forced the sum into a pass of its own (docs/benchmarks.md, "Where

@@ -61,7 +61,7 @@ MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y)
  * keeps a NaN, and NaN stays NaN. A call per 16 scores to SLEEF's exp
  * was 8% of bf16 prefill's time and 4-5% of fp32's. The softmax pass
  * itself takes mk_v_exp2k (below); this one the rescale factors and the
- * rows sm_exp2_row leaves to sm_exp. */
+ * rows sm_exp2_args leaves to sm_exp. */
 MK_INLINE MK_V mk_v_exp(MK_V x)
 {
     __m512 xc = _mm512_max_ps(_mm512_set1_ps(-110.0f), x);
