@@ -75,21 +75,27 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
 #undef MK_C1
 }
 /* k 2^t for t <= 2^-20 (sm_exp2 of softmax_driver.h: the exp pass in
- * base 2, its argument out of one FMA, k a correction near 1): mk_v_exp's
- * steps without the multiply by log2(e) and its correction, f = t - n
- * exact, the polynomial's coefficients times k (hoisted out of the
+ * base 2, its argument out of one FMA, k a correction near 1): f = t -
+ * n, n = t rounded to nearest, by VREDUCEPS (exact) and n = t - f (exact
+ * too), the polynomial's coefficients times k (hoisted out of the
  * caller's loop: k is the same across it): degree 5 (2.1e-7), or with
  * MK_AVX512_EXP_BF16 (the bf16 table's step, whose P is rounded to bf16,
- * 2^-9, before it multiplies) degree 4 (2.7e-6). t is clamped at -160
- * first, where VSCALEFPS makes 0: -inf gives 0, and the clamp keeps a
- * NaN. 9 instructions a vector at degree 5: with the argument's FMA, 11
- * a score vector against sm_exp's 15. */
+ * 2^-9, before it multiplies) degree 4 (2.7e-6); times 2^n by VSCALEFPS,
+ * which takes the results below FLT_MIN down to subnormals and 0. No
+ * clamp: VREDUCEPS gives +0 for -inf, so n = -inf and VSCALEFPS makes 0;
+ * a NaN stays NaN. The values are VRNDSCALEPS's (f and n are the same
+ * numbers) without the clamp that -inf needed there. (f = t - floor(t)
+ * alone, VSCALEFPS flooring t itself, would save the subtraction too, but
+ * puts the polynomial's jump from f = 1 to f = 0 at t = 0, the row's
+ * maximum: two rows whose maxima differ by an ulp then get P = 1 from
+ * the polynomial's two ends, a layer test of one visible key caught it.)
+ * 8 instructions a vector at degree 5; with the argument's FMA, 10 a
+ * score vector against sm_exp's 15. */
 MK_INLINE MK_V mk_v_exp2k(MK_V t, MK_V k)
 {
-    __m512 tc = _mm512_max_ps(_mm512_set1_ps(-160.0f), t);
-    __m512 n = _mm512_roundscale_ps(tc, _MM_FROUND_TO_NEAREST_INT |
-                                            _MM_FROUND_NO_EXC);
-    __m512 f = _mm512_sub_ps(tc, n);
+    __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT |
+                                       _MM_FROUND_NO_EXC);
+    __m512 n = _mm512_sub_ps(t, f);
 #define MK_CK(c) _mm512_mul_ps(_mm512_set1_ps(c), k)
 #ifdef MK_AVX512_EXP_BF16
     __m512 p = MK_EXP2_DEG4(_mm512_fmadd_ps, MK_CK, f);
