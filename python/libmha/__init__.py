@@ -33,6 +33,7 @@ __version__: str = _mha.version()
 
 __all__ = [
     "scaled_dot_product_attention", "attention", "attention_varlen", "MultiheadAttention",
+    "quantize",
     "Engine",
     "get_engine", "isa", "isas", "available_isas", "version", "__version__",
     "Error", "ShapeError", "StrideError", "MaskError", "ArgumentError",
@@ -166,6 +167,9 @@ def attention(
     scale: Optional[float] = None,
     need_weights: bool = False,
     out: Optional[np.ndarray] = None,
+    kv_dtype: Optional[str] = None,
+    k_scales: Optional[ArrayLike] = None,
+    v_scales: Optional[ArrayLike] = None,
     num_threads: Optional[int] = None,
     isa: Optional[str] = None,
     engine: Optional[Engine] = None,
@@ -189,6 +193,14 @@ def attention(
         scale: None for ``1/sqrt(d)``.
         need_weights: also return the probabilities ``[B, H, Lq, Lk]``.
         out: an output array to write (q's dtype and layout); else allocated.
+        kv_dtype: what 8-bit ``k``/``v`` codes are: ``"i8"`` (int8 arrays, the
+            default for them), ``"fp8_e4m3"`` or ``"fp8_e5m2"`` (uint8 arrays;
+            a torch float8 tensor as ``.view(torch.uint8)``).
+        k_scales, v_scales: float32 scales of 8-bit codes, one per row of the
+            cache (``[B, L, H]``, or ``[B, H, L]`` with ``layout="bhsd"``) or
+            broadcast NumPy's way (``[H]`` per head in bshd, ``()`` per
+            tensor): an element is its code times its row's scale. From
+            :func:`quantize`, or the caller's.
 
     Returns:
         out, or (out, weights) with ``need_weights``.
@@ -212,9 +224,57 @@ def attention(
     _mha.attention(eng, qa, as_array(k), va, out, layout=layout, keep=keep, bias=bias,
                    causal=modes[causal], scale=float(scale) if scale is not None else 0.0,
                    weights=weights, key_lengths=key_lengths, key_keep=key_keep,
-                   window=window, softcap=float(softcap), sinks=sinks)
+                   window=window, softcap=float(softcap), sinks=sinks, kv_dtype=kv_dtype,
+                   k_scales=None if k_scales is None else as_array(k_scales),
+                   v_scales=None if v_scales is None else as_array(v_scales))
     result = out if is_torch(out) else like(q, out)
     return (result, like(q, weights)) if need_weights else result
+
+
+def quantize(
+    x: ArrayLike,
+    dtype: str = "i8",
+    *,
+    per: str = "row",
+    layout: str = "bshd",
+) -> tuple:
+    """``mha_quantize``: a float32 K or V cache as 8-bit codes and scales.
+
+    Args:
+        x: float32 ``[B, L, H, d]`` (or ``[B, H, L, d]`` with ``layout="bhsd"``).
+        dtype: ``"i8"`` (int8 codes), ``"fp8_e4m3"`` or ``"fp8_e5m2"`` (uint8
+            codes; ``codes.view(torch.float8_e4m3fn)`` is the torch type).
+        per: ``"row"`` (a scale per (b, l, h) row), ``"head"`` or ``"tensor"``:
+            each scale is absmax / 127 (448, 57344) over the finite elements
+            it covers, codes the nearest, ties to even, saturated (the C
+            header's ``mha_quantize``).
+
+    Returns:
+        ``(codes, scales)`` as NumPy arrays (torch tensors for a torch x),
+        ready for :func:`attention`'s ``k``/``k_scales`` with ``kv_dtype=dtype``.
+    """
+    if per not in ("row", "head", "tensor"):
+        raise_error(ArgumentError, 8, f"per must be 'row', 'head' or 'tensor', not {per!r}")
+    xa = as_array(x)
+    shape = tuple(xa.shape)
+    if len(shape) != 4:
+        raise_error(ShapeError, 2, f"x has shape {shape}; expected 4 dimensions "
+                    "([B, L, H, d] or [B, H, L, d])")
+    codes = np.empty(shape, dtype=np.int8 if dtype == "i8" else np.uint8)
+    head_axis = 1 if layout == "bhsd" else 2
+    if per == "row":
+        scales = np.empty(shape[:3], dtype=np.float32)
+    elif per == "head":
+        scales = np.empty((shape[head_axis],) + ((1,) if layout == "bhsd" else ()),
+                          dtype=np.float32)
+    else:
+        scales = np.empty((), dtype=np.float32)
+    _mha.quantize(xa, codes, scales, dtype, layout=layout)
+    if is_torch(xa):
+        import torch
+
+        return torch.from_numpy(codes), torch.from_numpy(scales)
+    return codes, scales
 
 
 def attention_varlen(

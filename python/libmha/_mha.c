@@ -281,17 +281,18 @@ static PyObject *py_attention(PyObject *mod, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"engine", "q", "k", "v", "out", "layout", "keep",
                              "bias", "causal", "scale", "weights", "key_lengths",
                              "out_layout", "key_keep", "window", "softcap", "sinks",
-                             "lse", NULL};
+                             "lse", "kv_dtype", "k_scales", "v_scales", NULL};
     PyObject *eo, *qo, *ko, *vo, *oo, *keep = NULL, *bias = NULL, *wo = NULL,
                                          *lo = NULL, *kko = NULL, *wino = NULL,
-                                         *sko = NULL, *lseo = NULL;
-    const char *layout = "bhsd", *out_layout = NULL;
+                                         *sko = NULL, *lseo = NULL, *kso = NULL,
+                                         *vso = NULL;
+    const char *layout = "bhsd", *out_layout = NULL, *kv_dtype = NULL;
     int causal = 0;
     double scale = 0.0, softcap = 0.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|$sOOidOOzOOdOO:attention", kwlist,
-                                     &eo, &qo, &ko, &vo, &oo, &layout, &keep, &bias,
-                                     &causal, &scale, &wo, &lo, &out_layout, &kko,
-                                     &wino, &softcap, &sko, &lseo))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|$sOOidOOzOOdOOzOO:attention",
+                                     kwlist, &eo, &qo, &ko, &vo, &oo, &layout, &keep,
+                                     &bias, &causal, &scale, &wo, &lo, &out_layout, &kko,
+                                     &wino, &softcap, &sko, &lseo, &kv_dtype, &kso, &vso))
         return NULL;
     const mha_engine *engine;
     if (get_engine(eo, &engine) < 0)
@@ -309,8 +310,9 @@ static PyObject *py_attention(PyObject *mod, PyObject *args, PyObject *kw)
             return NULL;
         }
     }
-    view vq, vk, vv, vo_, vw, mv[3], vkk, vsk, vlse;
+    view vq, vk, vv, vo_, vw, mv[3], vkk, vsk, vlse, vks, vvs;
     memset(&vw, 0, sizeof vw);
+    memset(&vks, 0, sizeof vks), memset(&vvs, 0, sizeof vvs);
     memset(mv, 0, sizeof mv);
     memset(&vkk, 0, sizeof vkk), memset(&vsk, 0, sizeof vsk), memset(&vlse, 0, sizeof vlse);
     mha_score_terms terms;
@@ -323,10 +325,16 @@ static PyObject *py_attention(PyObject *mod, PyObject *args, PyObject *kw)
     mha_mask mask;
     int any_mask = 0;
     if (view_get(qo, "q", 0, &vq) < 0 || tensor_of(&vq, "q", bhsd, &a.q) < 0 ||
-        view_get(ko, "k", 0, &vk) < 0 || tensor_of(&vk, "k", bhsd, &a.k) < 0 ||
-        view_get(vo, "v", 0, &vv) < 0 || tensor_of(&vv, "v", bhsd, &a.v) < 0 ||
+        kv_of(ko, "k", bhsd, kv_dtype, kso, &vk, &vks, &a.k) < 0 ||
+        kv_of(vo, "v", bhsd, kv_dtype, vso, &vv, &vvs, &a.v) < 0 ||
         view_get(oo, "out", 1, &vo_) < 0 || tensor_of(&vo_, "out", out_bhsd, &a.out) < 0)
         goto done;
+    if (kv_dtype && mha_dtype_size(a.k.dtype) > 1 && mha_dtype_size(a.v.dtype) > 1) {
+        raise_fmt(DTypeError, MHA_ERR_UNSUPPORTED,
+                  "kv_dtype '%s' names 8-bit codes, but k and v have dtypes %s and %s",
+                  kv_dtype, vk.dtype, vv.dtype);
+        goto done;
+    }
     int64_t dims[4] = {a.q.batch, a.q.heads, a.q.seq, a.k.seq};
     if (mask_of(keep, bias, lo, causal, dims, &mask, mv, &any_mask) < 0)
         goto done;
@@ -365,8 +373,54 @@ static PyObject *py_attention(PyObject *mod, PyObject *args, PyObject *kw)
 done:
     view_release(&vq), view_release(&vk), view_release(&vv), view_release(&vo_);
     view_release(&vw), view_release(&vkk), view_release(&vsk), view_release(&vlse);
+    view_release(&vks), view_release(&vvs);
     for (int i = 0; i < 3; i++)
         view_release(&mv[i]);
+    return result;
+}
+
+/* mha_quantize: x (float32, [B, L, H, d] or with "bhsd" [B, H, L, d]) into
+ * codes (int8 for 'i8', uint8 for the fp8 dtypes, x's shape), its scales
+ * computed into scales (float32, broadcast over the rows as attention's
+ * k_scales: the rows an axis of size 1 spans share one scale). */
+static PyObject *py_quantize(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    (void)mod;
+    static char *kwlist[] = {"x", "codes", "scales", "kv_dtype", "layout", NULL};
+    PyObject *xo, *co, *so;
+    const char *kv_dtype, *layout = "bshd";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOs|$s:quantize", kwlist, &xo, &co,
+                                     &so, &kv_dtype, &layout))
+        return NULL;
+    int bhsd = strcmp(layout, "bhsd") == 0;
+    if (!bhsd && strcmp(layout, "bshd") != 0) {
+        PyErr_SetString(PyExc_ValueError, "layout must be 'bhsd' or 'bshd'");
+        return NULL;
+    }
+    view vx, vc, vs;
+    memset(&vx, 0, sizeof vx), memset(&vc, 0, sizeof vc), memset(&vs, 0, sizeof vs);
+    PyObject *result = NULL;
+    mha_tensor src, dst;
+    mha_dtype dt;
+    if (view_get(xo, "x", 0, &vx) < 0 || need_kind(&vx, "x", VK_F32) < 0 ||
+        tensor_of(&vx, "x", bhsd, &src) < 0 || view_get(co, "codes", 1, &vc) < 0 ||
+        code_dtype_of(&vc, "codes", kv_dtype, &dt) < 0 ||
+        need_kind(&vc, "codes", dt == MHA_I8 ? VK_I8 : VK_U8) < 0)
+        goto done;
+    view w = vc;
+    w.kind = VK_F32; /* the shape and strides as tensor_of reads them */
+    if (tensor_of(&w, "codes", bhsd, &dst) < 0 ||
+        scales_of(so, "scales", 1, bhsd, vc.ndim - 1, &dst, &vs) < 0)
+        goto done;
+    dst.dtype = dt;
+    float *scales_out = (float *)vs.data;
+    mha_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mha_quantize(&src, &dst, scales_out);
+    Py_END_ALLOW_THREADS
+    result = none_or_raise(st);
+done:
+    view_release(&vx), view_release(&vc), view_release(&vs);
     return result;
 }
 
@@ -723,8 +777,12 @@ static PyMethodDef methods[] = {
     {"attention", (PyCFunction)(void (*)(void))py_attention, METH_VARARGS | METH_KEYWORDS,
      "attention(engine, q, k, v, out, *, layout='bhsd', keep=None, bias=None, "
      "causal=0, scale=0.0, weights=None, key_lengths=None, out_layout=None, "
-     "key_keep=None, window=None, softcap=0.0, sinks=None, lse=None)\n\n"
+     "key_keep=None, window=None, softcap=0.0, sinks=None, lse=None, "
+     "kv_dtype=None, k_scales=None, v_scales=None)\n\n"
      "mha_attention on views of the arrays, in place."},
+    {"quantize", (PyCFunction)(void (*)(void))py_quantize, METH_VARARGS | METH_KEYWORDS,
+     "quantize(x, codes, scales, kv_dtype, *, layout='bshd')\n\n"
+     "mha_quantize of x into codes, the scales computed into scales."},
     {"attention_varlen", (PyCFunction)(void (*)(void))py_attention_varlen,
      METH_VARARGS | METH_KEYWORDS,
      "attention_varlen(engine, q, k, v, out, cu_seqlens_q, *, cu_seqlens_k=None, "

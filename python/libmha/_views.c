@@ -4,7 +4,8 @@
 #include "_mha.h"
 
 static const char *const vkind_name[] = {"float32", "float16", "bfloat16",
-                                         "bool", "uint8", "int32", "other"};
+                                         "bool", "uint8", "int32", "int8",
+                                         "other"};
 
 void view_release(view *v)
 {
@@ -57,6 +58,8 @@ static int view_from_buffer(PyObject *obj, const char *name, int writable, view 
         set_kind(v, VK_BOOL, NULL);
     else if (strcmp(f, "B") == 0 && isz == 1)
         set_kind(v, VK_U8, NULL);
+    else if (strcmp(f, "b") == 0 && isz == 1)
+        set_kind(v, VK_I8, NULL);
     else if (!big && (strcmp(f, "i") == 0 || strcmp(f, "l") == 0) && isz == 4)
         set_kind(v, VK_I32, NULL);
     else {
@@ -147,6 +150,8 @@ static int view_from_dlpack(PyObject *obj, const char *name, view *v)
         set_kind(v, VK_BOOL, NULL);
     else if (d.lanes == 1 && d.code == DL_UINT && d.bits == 8)
         set_kind(v, VK_U8, NULL);
+    else if (d.lanes == 1 && d.code == DL_INT && d.bits == 8)
+        set_kind(v, VK_I8, NULL);
     else if (d.lanes == 1 && d.code == DL_INT && d.bits == 32)
         set_kind(v, VK_I32, NULL);
     else {
@@ -199,6 +204,7 @@ static int view_from_interface(PyObject *obj, PyObject *ai, const char *name,
     else if (strcmp(ts, "<f2") == 0) set_kind(v, VK_F16, NULL), isz = 2;
     else if (strcmp(ts, "|b1") == 0) set_kind(v, VK_BOOL, NULL), isz = 1;
     else if (strcmp(ts, "|u1") == 0) set_kind(v, VK_U8, NULL), isz = 1;
+    else if (strcmp(ts, "|i1") == 0) set_kind(v, VK_I8, NULL), isz = 1;
     else if (strcmp(ts, "<i4") == 0) set_kind(v, VK_I32, NULL), isz = 4;
     else set_kind(v, VK_OTHER, ts), isz = 1;
     void *ptr = PyLong_AsVoidPtr(PyTuple_GET_ITEM(data, 0));
@@ -376,6 +382,115 @@ int tensor_of(const view *v, const char *name, int bhsd, mha_tensor *t)
         t->stride_batch = v->strides[0], t->stride_seq = v->strides[1];
         t->stride_head = v->strides[2];
     }
+    return 0;
+}
+
+/* The storage dtype of an 8-bit k or v: int8 codes are MHA_I8 unless
+ * code_dtype names another; uint8 codes (NumPy has no fp8 type; a torch
+ * float8 tensor arrives as .view(torch.uint8)) need code_dtype, one of
+ * mha_dtype_name's 8-bit names. */
+int code_dtype_of(const view *v, const char *name, const char *code_dtype,
+                         mha_dtype *dt)
+{
+    static const mha_dtype codes[] = {MHA_I8, MHA_FP8_E4M3, MHA_FP8_E5M2};
+    if (!code_dtype) {
+        if (v->kind == VK_I8) {
+            *dt = MHA_I8;
+            return 0;
+        }
+        raise_fmt(DTypeError, MHA_ERR_UNSUPPORTED,
+                  "%s holds uint8 codes: say which with kv_dtype='fp8_e4m3' or "
+                  "'fp8_e5m2' (int8 codes are 'i8')", name);
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+        if (strcmp(code_dtype, mha_dtype_name(codes[i])) == 0) {
+            *dt = codes[i];
+            return 0;
+        }
+    raise_fmt(status_exc[MHA_ERR_BAD_ARGUMENT], MHA_ERR_BAD_ARGUMENT,
+              "kv_dtype '%s' is not one of 'i8', 'fp8_e4m3', 'fp8_e5m2'", code_dtype);
+    return -1;
+}
+
+/* A float32 array of scales for the rows of t (its [B, L, H] or, with
+ * bhsd, [B, H, L]; [B, L] for a 3-D tensor), broadcast NumPy's way: its
+ * axes align with the rows' last axes, and an axis of size 1 (or a
+ * missing one) shares one scale along it (stride 0): shape () is one
+ * scale for the tensor, [H] (bshd) or [H, 1] (bhsd) one per head. */
+int scales_of(PyObject *obj, const char *name, int writable, int bhsd, int nr,
+              mha_tensor *t, view *sv)
+{
+    if (view_get(obj, name, writable, sv) < 0 || need_kind(sv, name, VK_F32) < 0)
+        return -1;
+    int64_t rows[3], stride[3] = {0, 0, 0};
+    if (nr == 2)
+        rows[0] = t->batch, rows[1] = t->seq;
+    else if (bhsd)
+        rows[0] = t->batch, rows[1] = t->heads, rows[2] = t->seq;
+    else
+        rows[0] = t->batch, rows[1] = t->seq, rows[2] = t->heads;
+    if (sv->ndim > nr) {
+        raise_fmt(status_exc[MHA_ERR_BAD_SHAPE], MHA_ERR_BAD_SHAPE,
+                  "%s has %d dimensions; the rows it scales have %d", name,
+                  sv->ndim, nr);
+        return -1;
+    }
+    for (int i = 0; i < sv->ndim; i++) {
+        int r = nr - sv->ndim + i;
+        if (sv->shape[i] == rows[r])
+            stride[r] = rows[r] == 1 ? 0 : sv->strides[i];
+        else if (sv->shape[i] != 1) {
+            raise_fmt(status_exc[MHA_ERR_BAD_SHAPE], MHA_ERR_BAD_SHAPE,
+                      "%s: axis %d has size %lld; it must be %lld or 1 "
+                      "(broadcast)", name, i, (long long)sv->shape[i],
+                      (long long)rows[r]);
+            return -1;
+        }
+        if (stride[r] < 0) {
+            raise_fmt(status_exc[MHA_ERR_BAD_STRIDE], MHA_ERR_BAD_STRIDE,
+                      "%s: axis %d has a negative stride", name, i);
+            return -1;
+        }
+    }
+    t->scales.data = (const float *)sv->data;
+    if (nr == 2)
+        t->scales.stride_batch = stride[0], t->scales.stride_seq = stride[1];
+    else if (bhsd)
+        t->scales.stride_batch = stride[0], t->scales.stride_head = stride[1],
+        t->scales.stride_seq = stride[2];
+    else
+        t->scales.stride_batch = stride[0], t->scales.stride_seq = stride[1],
+        t->scales.stride_head = stride[2];
+    return 0;
+}
+
+/* k or v with its storage dtype: a float array as tensor_of takes it
+ * (code_dtype, which names what 8-bit codes are, unused), or 8-bit codes
+ * (int8, or uint8 with code_dtype) with their scales. Scales
+ * given for a float array go to the library, which refuses them
+ * (MHA_ERR_UNSUPPORTED), as codes without scales (MHA_ERR_NULL_POINTER):
+ * its messages name the field. v and sv are the caller's to release. */
+int kv_of(PyObject *obj, const char *name, int bhsd, const char *code_dtype,
+          PyObject *scales, view *v, view *sv, mha_tensor *t)
+{
+    char sname[32];
+    snprintf(sname, sizeof sname, "%s_scales", name);
+    if (view_get(obj, name, 0, v) < 0)
+        return -1;
+    mha_dtype dt = MHA_F32;
+    const int codes = v->kind == VK_I8 || v->kind == VK_U8;
+    if (codes && code_dtype_of(v, name, code_dtype, &dt) < 0)
+        return -1;
+    view w = *v;
+    if (codes)
+        w.kind = VK_F32; /* the shape and strides as tensor_of reads them */
+    if (tensor_of(&w, name, bhsd, t) < 0)
+        return -1;
+    if (codes)
+        t->dtype = dt;
+    if (scales && scales != Py_None && scales_of(scales, sname, 0, bhsd, v->ndim - 1, t, sv) < 0)
+        return -1;
     return 0;
 }
 
