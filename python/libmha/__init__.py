@@ -33,7 +33,7 @@ __version__: str = _mha.version()
 
 __all__ = [
     "scaled_dot_product_attention", "attention", "attention_varlen", "MultiheadAttention",
-    "quantize",
+    "quantize", "quantize_paged",
     "Engine",
     "get_engine", "isa", "isas", "available_isas", "version", "__version__",
     "Error", "ShapeError", "StrideError", "MaskError", "ArgumentError",
@@ -293,6 +293,9 @@ def attention_varlen(
     sinks: Optional[ArrayLike] = None,
     scale: Optional[float] = None,
     out: Optional[np.ndarray] = None,
+    kv_dtype: Optional[str] = None,
+    k_scales: Optional[ArrayLike] = None,
+    v_scales: Optional[ArrayLike] = None,
     num_threads: Optional[int] = None,
     isa: Optional[str] = None,
     engine: Optional[Engine] = None,
@@ -311,6 +314,10 @@ def attention_varlen(
         causal: ``"none"``, ``"top_left"`` or ``"bottom_right"``, per sequence.
         window, softcap, sinks, scale: as :func:`attention`.
         out: ``[total_q, H, dv]`` of q's dtype to write; else allocated.
+        kv_dtype, k_scales, v_scales: 8-bit codes as :func:`attention` takes
+            them; the scales over the pool's rows (``[num_blocks, block_size,
+            Hkv]`` in bshd, ``[..., 1]`` one per token) or the packed keys'
+            (``[total_k, Hkv]``), as :func:`quantize_paged` writes them.
 
     Returns:
         out, of q's kind.
@@ -326,5 +333,38 @@ def attention_varlen(
                           cu_seqlens_k=cu_seqlens_k, block_table=block_table, seqlens=seqlens,
                           kv_layout=kv_layout, causal=modes[causal],
                           scale=float(scale) if scale is not None else 0.0, window=window,
-                          softcap=float(softcap), sinks=sinks)
+                          softcap=float(softcap), sinks=sinks, kv_dtype=kv_dtype,
+                          k_scales=None if k_scales is None else as_array(k_scales),
+                          v_scales=None if v_scales is None else as_array(v_scales))
     return out if is_torch(out) else like(q, out)
+
+
+def quantize_paged(
+    x: ArrayLike,
+    pool: ArrayLike,
+    scales: ArrayLike,
+    slots: ArrayLike,
+    dtype: str = "i8",
+    *,
+    kv_layout: str = "bshd",
+) -> None:
+    """``mha_quantize_paged``: new tokens into a quantised paged cache, by
+    slot (vLLM's ``slot_mapping``), in place.
+
+    Args:
+        x: float32 ``[n, Hkv, d]`` (or ``[B, S, Hkv, d]``): the tokens' rows.
+        pool: the codes, ``[num_blocks, block_size, Hkv, d]`` (``kv_layout=
+            "bhsd"``: ``[num_blocks, Hkv, block_size, d]``), int8 for ``"i8"``,
+            uint8 for ``"fp8_e4m3"`` / ``"fp8_e5m2"``.
+        scales: float32 over the pool's rows (``[num_blocks, block_size, Hkv]``,
+            or ``[num_blocks, block_size, 1]`` for one scale per token): each
+            written slot's are computed (absmax / 127, 448 or 57344).
+        slots: int64 ``[n]``: token t goes to block ``slots[t] // block_size``,
+            position ``slots[t] % block_size``; a negative slot skips it.
+
+    Nothing outside the written slots changes; bad input raises before
+    anything is written.
+    """
+    _mha.quantize_paged(as_array(x), as_array(pool), as_array(scales), as_array(slots),
+                        dtype, kv_layout=kv_layout)
+

@@ -259,7 +259,9 @@ static int int32_rows(PyObject *o, const char *name, int nd, const int64_t *shap
 }
 
 /* A packed [T, H, d] array as the C API's [1, T, H, d] view. */
-static int packed_of(const view *v, const char *name, mha_tensor *t)
+/* A packed [total, heads, d] view as the [1, total, heads, d] one the C
+ * API takes (w). */
+static int packed_view(const view *v, const char *name, view *w)
 {
     if (v->ndim != 3) {
         raise_fmt(status_exc[MHA_ERR_BAD_SHAPE], MHA_ERR_BAD_SHAPE,
@@ -267,12 +269,18 @@ static int packed_of(const view *v, const char *name, mha_tensor *t)
                   v->ndim);
         return -1;
     }
-    view w = *v;
-    w.ndim = 4;
-    w.shape[0] = 1, w.strides[0] = 0;
+    *w = *v;
+    w->ndim = 4;
+    w->shape[0] = 1, w->strides[0] = 0;
     for (int i = 0; i < 3; i++)
-        w.shape[i + 1] = v->shape[i], w.strides[i + 1] = v->strides[i];
-    return tensor_of(&w, name, 0, t);
+        w->shape[i + 1] = v->shape[i], w->strides[i + 1] = v->strides[i];
+    return 0;
+}
+
+static int packed_of(const view *v, const char *name, mha_tensor *t)
+{
+    view w;
+    return packed_view(v, name, &w) < 0 ? -1 : tensor_of(&w, name, 0, t);
 }
 
 static PyObject *py_attention(PyObject *mod, PyObject *args, PyObject *kw)
@@ -379,6 +387,26 @@ done:
     return result;
 }
 
+/* The codes a quantize call writes (int8 for 'i8', uint8 for the fp8
+ * dtypes) as a tensor of that dtype, with the scales it computes (float32
+ * over the codes' rows, broadcast as attention's k_scales). vc and vs are
+ * the caller's to release. */
+static int codes_out(PyObject *co, const char *name, PyObject *so, const char *kv_dtype,
+                     int bhsd, view *vc, view *vs, mha_tensor *t)
+{
+    mha_dtype dt;
+    if (view_get(co, name, 1, vc) < 0 || code_dtype_of(vc, name, kv_dtype, &dt) < 0 ||
+        need_kind(vc, name, dt == MHA_I8 ? VK_I8 : VK_U8) < 0)
+        return -1;
+    view w = *vc;
+    w.kind = VK_F32; /* the shape and strides as tensor_of reads them */
+    if (tensor_of(&w, name, bhsd, t) < 0 ||
+        scales_of(so, "scales", 1, bhsd, vc->ndim - 1, t, vs) < 0)
+        return -1;
+    t->dtype = dt;
+    return 0;
+}
+
 /* mha_quantize: x (float32, [B, L, H, d] or with "bhsd" [B, H, L, d]) into
  * codes (int8 for 'i8', uint8 for the fp8 dtypes, x's shape), its scales
  * computed into scales (float32, broadcast over the rows as attention's
@@ -401,18 +429,10 @@ static PyObject *py_quantize(PyObject *mod, PyObject *args, PyObject *kw)
     memset(&vx, 0, sizeof vx), memset(&vc, 0, sizeof vc), memset(&vs, 0, sizeof vs);
     PyObject *result = NULL;
     mha_tensor src, dst;
-    mha_dtype dt;
     if (view_get(xo, "x", 0, &vx) < 0 || need_kind(&vx, "x", VK_F32) < 0 ||
-        tensor_of(&vx, "x", bhsd, &src) < 0 || view_get(co, "codes", 1, &vc) < 0 ||
-        code_dtype_of(&vc, "codes", kv_dtype, &dt) < 0 ||
-        need_kind(&vc, "codes", dt == MHA_I8 ? VK_I8 : VK_U8) < 0)
+        tensor_of(&vx, "x", bhsd, &src) < 0 ||
+        codes_out(co, "codes", so, kv_dtype, bhsd, &vc, &vs, &dst) < 0)
         goto done;
-    view w = vc;
-    w.kind = VK_F32; /* the shape and strides as tensor_of reads them */
-    if (tensor_of(&w, "codes", bhsd, &dst) < 0 ||
-        scales_of(so, "scales", 1, bhsd, vc.ndim - 1, &dst, &vs) < 0)
-        goto done;
-    dst.dtype = dt;
     float *scales_out = (float *)vs.data;
     mha_status st;
     Py_BEGIN_ALLOW_THREADS
@@ -434,16 +454,18 @@ static PyObject *py_attention_varlen(PyObject *mod, PyObject *args, PyObject *kw
     (void)mod;
     static char *kwlist[] = {"engine", "q", "k", "v", "out", "cu_seqlens_q",
                              "cu_seqlens_k", "block_table", "seqlens", "kv_layout",
-                             "causal", "scale", "window", "softcap", "sinks", NULL};
+                             "causal", "scale", "window", "softcap", "sinks",
+                             "kv_dtype", "k_scales", "v_scales", NULL};
     PyObject *eo, *qo, *ko, *vo, *oo, *cqo, *cko = NULL, *bto = NULL, *slo = NULL,
-                                                *wino = NULL, *sko = NULL;
-    const char *kv_layout = "bshd";
+                                                *wino = NULL, *sko = NULL, *kso = NULL,
+                                                *vso = NULL;
+    const char *kv_layout = "bshd", *kv_dtype = NULL;
     int causal = 0;
     double scale = 0.0, softcap = 0.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOO|$OOOsidOdO:attention_varlen",
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOO|$OOOsidOdOzOO:attention_varlen",
                                      kwlist, &eo, &qo, &ko, &vo, &oo, &cqo, &cko, &bto,
                                      &slo, &kv_layout, &causal, &scale, &wino, &softcap,
-                                     &sko))
+                                     &sko, &kv_dtype, &kso, &vso))
         return NULL;
     const mha_engine *engine;
     if (get_engine(eo, &engine) < 0)
@@ -460,7 +482,8 @@ static PyObject *py_attention_varlen(PyObject *mod, PyObject *args, PyObject *kw
                   "(a paged cache)");
         return NULL;
     }
-    view vq, vk, vv, vo_, vcq, vck, vbt, vsl, vsk;
+    view vq, vk, vv, vo_, vcq, vck, vbt, vsl, vsk, vks, vvs, wk, wv;
+    memset(&vks, 0, sizeof vks), memset(&vvs, 0, sizeof vvs);
     memset(&vq, 0, sizeof vq), memset(&vk, 0, sizeof vk), memset(&vv, 0, sizeof vv);
     memset(&vo_, 0, sizeof vo_), memset(&vcq, 0, sizeof vcq), memset(&vck, 0, sizeof vck);
     memset(&vbt, 0, sizeof vbt), memset(&vsl, 0, sizeof vsl), memset(&vsk, 0, sizeof vsk);
@@ -475,10 +498,19 @@ static PyObject *py_attention_varlen(PyObject *mod, PyObject *args, PyObject *kw
         view_get(oo, "out", 1, &vo_) < 0 || packed_of(&vo_, "out", &a.out) < 0 ||
         view_get(ko, "k", 0, &vk) < 0 || view_get(vo, "v", 0, &vv) < 0)
         goto done;
-    if (paged) {
-        if (tensor_of(&vk, "k", kv_bhsd, &a.k) < 0 || tensor_of(&vv, "v", kv_bhsd, &a.v) < 0)
-            goto done;
-    } else if (packed_of(&vk, "k", &a.k) < 0 || packed_of(&vv, "v", &a.v) < 0) {
+    /* Paged pools as they are; packed keys as [1, total, Hkv, d] (their
+     * scales [total, Hkv], broadcast over the leading 1). */
+    if (paged)
+        wk = vk, wv = vv;
+    else if (packed_view(&vk, "k", &wk) < 0 || packed_view(&vv, "v", &wv) < 0)
+        goto done;
+    if (kv_tensor(&wk, "k", paged && kv_bhsd, kv_dtype, kso, &vks, &a.k) < 0 ||
+        kv_tensor(&wv, "v", paged && kv_bhsd, kv_dtype, vso, &vvs, &a.v) < 0)
+        goto done;
+    if (kv_dtype && mha_dtype_size(a.k.dtype) > 1 && mha_dtype_size(a.v.dtype) > 1) {
+        raise_fmt(DTypeError, MHA_ERR_UNSUPPORTED,
+                  "kv_dtype '%s' names 8-bit codes, but k and v have dtypes %s and %s",
+                  kv_dtype, vk.dtype, vv.dtype);
         goto done;
     }
     if (view_get(cqo, "cu_seqlens_q", 0, &vcq) < 0 || need_kind(&vcq, "cu_seqlens_q", VK_I32) < 0)
@@ -533,7 +565,65 @@ static PyObject *py_attention_varlen(PyObject *mod, PyObject *args, PyObject *kw
 done:
     view_release(&vq), view_release(&vk), view_release(&vv), view_release(&vo_);
     view_release(&vcq), view_release(&vck), view_release(&vbt), view_release(&vsl);
-    view_release(&vsk);
+    view_release(&vsk), view_release(&vks), view_release(&vvs);
+    return result;
+}
+
+/* mha_quantize_paged: tokens of x (float32 [n, Hkv, d], or [B, S, Hkv, d])
+ * into the slots of a paged pool of codes ([num_blocks, block_size, Hkv,
+ * d], or [num_blocks, Hkv, block_size, d] with "bhsd"), each written
+ * slot's scales computed into scales (float32 over the pool's rows,
+ * broadcast as k_scales: [num_blocks, block_size, 1] is one per token);
+ * slots int64 [n] (negative: skipped). In place; nothing else changes. */
+static PyObject *py_quantize_paged(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    (void)mod;
+    static char *kwlist[] = {"x", "pool", "scales", "slots", "kv_dtype", "kv_layout",
+                             NULL};
+    PyObject *xo, *po, *so, *slo;
+    const char *kv_dtype, *kv_layout = "bshd";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOs|$s:quantize_paged", kwlist, &xo,
+                                     &po, &so, &slo, &kv_dtype, &kv_layout))
+        return NULL;
+    int bhsd = strcmp(kv_layout, "bhsd") == 0;
+    if (!bhsd && strcmp(kv_layout, "bshd") != 0) {
+        PyErr_SetString(PyExc_ValueError, "kv_layout must be 'bhsd' or 'bshd'");
+        return NULL;
+    }
+    view vx, wx, vp, vs, vsl;
+    memset(&vx, 0, sizeof vx), memset(&vp, 0, sizeof vp), memset(&vs, 0, sizeof vs);
+    memset(&vsl, 0, sizeof vsl);
+    PyObject *result = NULL;
+    mha_tensor src, pool;
+    if (view_get(xo, "x", 0, &vx) < 0 || need_kind(&vx, "x", VK_F32) < 0)
+        goto done;
+    if (vx.ndim == 3) {
+        if (packed_view(&vx, "x", &wx) < 0)
+            goto done;
+    } else {
+        wx = vx;
+    }
+    if (tensor_of(&wx, "x", 0, &src) < 0 ||
+        codes_out(po, "pool", so, kv_dtype, bhsd, &vp, &vs, &pool) < 0 ||
+        view_get(slo, "slots", 0, &vsl) < 0)
+        goto done;
+    int64_t n = src.batch * src.seq;
+    if (need_kind(&vsl, "slots", VK_I64) < 0)
+        goto done;
+    if (vsl.ndim != 1 || vsl.shape[0] != n || (n > 1 && vsl.strides[0] != 1)) {
+        raise_fmt(status_exc[MHA_ERR_BAD_SHAPE], MHA_ERR_BAD_SHAPE,
+                  "slots must be a contiguous int64 [%lld] (one per token of x)",
+                  (long long)n);
+        goto done;
+    }
+    mha_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mha_quantize_paged(&src, &pool, (const int64_t *)(const void *)vsl.data,
+                            (float *)vs.data);
+    Py_END_ALLOW_THREADS
+    result = none_or_raise(st);
+done:
+    view_release(&vx), view_release(&vp), view_release(&vs), view_release(&vsl);
     return result;
 }
 
@@ -789,6 +879,10 @@ static PyMethodDef methods[] = {
      "block_table=None, seqlens=None, kv_layout='bshd', causal=0, scale=0.0, "
      "window=None, softcap=0.0, sinks=None)\n\nmha_attention_varlen on packed "
      "[total, H, d] views (keys packed or a paged pool), in place."},
+    {"quantize_paged", (PyCFunction)(void (*)(void))py_quantize_paged,
+     METH_VARARGS | METH_KEYWORDS,
+     "quantize_paged(x, pool, scales, slots, kv_dtype, *, kv_layout='bshd')\n\n"
+     "mha_quantize_paged: tokens of x into the pool's slots, scales computed."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moduledef = {

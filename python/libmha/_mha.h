@@ -44,7 +44,7 @@ void raise_fmt(PyObject *cls, mha_status st, const char *fmt, ...);
 /* ------------------------------------------------------------------ */
 /* Array views                                                         */
 
-enum vkind { VK_F32, VK_F16, VK_BF16, VK_BOOL, VK_U8, VK_I32, VK_I8, VK_OTHER };
+enum vkind { VK_F32, VK_F16, VK_BF16, VK_BOOL, VK_U8, VK_I32, VK_I8, VK_I64, VK_OTHER };
 #define MAX_DIMS 8
 
 typedef struct {
@@ -73,6 +73,8 @@ int code_dtype_of(const view *v, const char *name, const char *code_dtype,
                   mha_dtype *dt);
 int scales_of(PyObject *obj, const char *name, int writable, int bhsd, int nr,
               mha_tensor *t, view *sv);
+int kv_tensor(const view *v, const char *name, int bhsd, const char *code_dtype,
+              PyObject *scales, view *sv, mha_tensor *t);
 int kv_of(PyObject *obj, const char *name, int bhsd, const char *code_dtype,
           PyObject *scales, view *v, view *sv, mha_tensor *t);
 int mask_of(PyObject *keep, PyObject *bias, PyObject *lengths, int causal,

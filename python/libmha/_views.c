@@ -5,7 +5,7 @@
 
 static const char *const vkind_name[] = {"float32", "float16", "bfloat16",
                                          "bool", "uint8", "int32", "int8",
-                                         "other"};
+                                         "int64", "other"};
 
 void view_release(view *v)
 {
@@ -60,6 +60,8 @@ static int view_from_buffer(PyObject *obj, const char *name, int writable, view 
         set_kind(v, VK_U8, NULL);
     else if (strcmp(f, "b") == 0 && isz == 1)
         set_kind(v, VK_I8, NULL);
+    else if (!big && (strcmp(f, "q") == 0 || strcmp(f, "l") == 0) && isz == 8)
+        set_kind(v, VK_I64, NULL);
     else if (!big && (strcmp(f, "i") == 0 || strcmp(f, "l") == 0) && isz == 4)
         set_kind(v, VK_I32, NULL);
     else {
@@ -152,6 +154,8 @@ static int view_from_dlpack(PyObject *obj, const char *name, view *v)
         set_kind(v, VK_U8, NULL);
     else if (d.lanes == 1 && d.code == DL_INT && d.bits == 8)
         set_kind(v, VK_I8, NULL);
+    else if (d.lanes == 1 && d.code == DL_INT && d.bits == 64)
+        set_kind(v, VK_I64, NULL);
     else if (d.lanes == 1 && d.code == DL_INT && d.bits == 32)
         set_kind(v, VK_I32, NULL);
     else {
@@ -205,6 +209,7 @@ static int view_from_interface(PyObject *obj, PyObject *ai, const char *name,
     else if (strcmp(ts, "|b1") == 0) set_kind(v, VK_BOOL, NULL), isz = 1;
     else if (strcmp(ts, "|u1") == 0) set_kind(v, VK_U8, NULL), isz = 1;
     else if (strcmp(ts, "|i1") == 0) set_kind(v, VK_I8, NULL), isz = 1;
+    else if (strcmp(ts, "<i8") == 0) set_kind(v, VK_I64, NULL), isz = 8;
     else if (strcmp(ts, "<i4") == 0) set_kind(v, VK_I32, NULL), isz = 4;
     else set_kind(v, VK_OTHER, ts), isz = 1;
     void *ptr = PyLong_AsVoidPtr(PyTuple_GET_ITEM(data, 0));
@@ -465,19 +470,18 @@ int scales_of(PyObject *obj, const char *name, int writable, int bhsd, int nr,
     return 0;
 }
 
-/* k or v with its storage dtype: a float array as tensor_of takes it
- * (code_dtype, which names what 8-bit codes are, unused), or 8-bit codes
- * (int8, or uint8 with code_dtype) with their scales. Scales
- * given for a float array go to the library, which refuses them
- * (MHA_ERR_UNSUPPORTED), as codes without scales (MHA_ERR_NULL_POINTER):
- * its messages name the field. v and sv are the caller's to release. */
-int kv_of(PyObject *obj, const char *name, int bhsd, const char *code_dtype,
-          PyObject *scales, view *v, view *sv, mha_tensor *t)
+/* k or v with its storage dtype, from a view already taken (3- or 4-D,
+ * as tensor_of reads it): a float array as tensor_of takes it (code_dtype,
+ * which names what 8-bit codes are, unused), or 8-bit codes (int8, or
+ * uint8 with code_dtype) with their scales. Scales given for a float
+ * array go to the library, which refuses them (MHA_ERR_UNSUPPORTED), as
+ * codes without scales (MHA_ERR_NULL_POINTER): its messages name the
+ * field. sv is the caller's to release. */
+int kv_tensor(const view *v, const char *name, int bhsd, const char *code_dtype,
+              PyObject *scales, view *sv, mha_tensor *t)
 {
     char sname[32];
     snprintf(sname, sizeof sname, "%s_scales", name);
-    if (view_get(obj, name, 0, v) < 0)
-        return -1;
     mha_dtype dt = MHA_F32;
     const int codes = v->kind == VK_I8 || v->kind == VK_U8;
     if (codes && code_dtype_of(v, name, code_dtype, &dt) < 0)
@@ -489,9 +493,19 @@ int kv_of(PyObject *obj, const char *name, int bhsd, const char *code_dtype,
         return -1;
     if (codes)
         t->dtype = dt;
-    if (scales && scales != Py_None && scales_of(scales, sname, 0, bhsd, v->ndim - 1, t, sv) < 0)
+    if (scales && scales != Py_None &&
+        scales_of(scales, sname, 0, bhsd, v->ndim - 1, t, sv) < 0)
         return -1;
     return 0;
+}
+
+/* kv_tensor of obj's view (v, the caller's to release). */
+int kv_of(PyObject *obj, const char *name, int bhsd, const char *code_dtype,
+          PyObject *scales, view *v, view *sv, mha_tensor *t)
+{
+    if (view_get(obj, name, 0, v) < 0)
+        return -1;
+    return kv_tensor(v, name, bhsd, code_dtype, scales, sv, t);
 }
 
 /* A keep or bias array broadcast (NumPy rules) to [B, H, Lq, Lk]: the

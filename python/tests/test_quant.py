@@ -155,3 +155,113 @@ def test_code_errors_name_the_field_and_leave_out_alone():
     with pytest.raises(libmha.DTypeError, match="kv_dtype"):
         libmha.attention(q, q, q, kv_dtype="i8", out=out)
     assert (out == 7.0).all()
+
+
+def gather_tokens(pool, scales, block_table, lk, bs):
+    """Sequence b's first lk keys of a [nb, bs, Hkv, d] pool, decoded."""
+    rows = [pool[block_table[j // bs], j % bs] for j in range(lk)]
+    sc = [scales[block_table[j // bs], j % bs] for j in range(lk)]
+    return np.stack(rows), np.stack(sc)
+
+
+@pytest.mark.parametrize("dtype,per_token", [("i8", False), ("fp8_e4m3", True)])
+def test_quantize_paged_then_varlen(dtype, per_token):
+    rng = np.random.default_rng(20)
+    nb, bs, hkv, h, d = 9, 4, 2, 4, 16
+    lens = [7, 12, 1]
+    table = rng.permutation(nb)[:9].reshape(3, 3).astype(np.int32)
+    codes_t = np.int8 if dtype == "i8" else np.uint8
+    pool_k = np.full((nb, bs, hkv, d), 5, dtype=codes_t)
+    pool_v = np.full((nb, bs, hkv, d), 5, dtype=codes_t)
+    sshape = (nb, bs, 1) if per_token else (nb, bs, hkv)
+    sc_k = np.full(sshape, 3.0, dtype=np.float32)
+    sc_v = np.full(sshape, 3.0, dtype=np.float32)
+    toks_k, toks_v, slots = [], [], []
+    for b, n in enumerate(lens):
+        toks_k.append(rng.standard_normal((n, hkv, d)).astype(np.float32))
+        toks_v.append(rng.standard_normal((n, hkv, d)).astype(np.float32))
+        slots += [int(table[b, j // bs]) * bs + j % bs for j in range(n)]
+    xk, xv = np.concatenate(toks_k), np.concatenate(toks_v)
+    slots = np.array(slots, dtype=np.int64)
+    skip = slots.copy()
+    skip[3] = -1                              # a padding token: not written
+    libmha.quantize_paged(xk, pool_k, sc_k, skip, dtype)
+    b0, p0 = divmod(int(slots[3]), bs)
+    assert (pool_k[b0, p0] == 5).all() and (sc_k[b0, p0] == 3.0).all()
+    libmha.quantize_paged(xk, pool_k, sc_k, slots, dtype)
+    libmha.quantize_paged(xv, pool_v, sc_v, slots, dtype)
+    # Each written slot as libmha.quantize quantises its token alone.
+    for t, s in enumerate(slots):
+        blk, pos = divmod(int(s), bs)
+        want_c, want_s = libmha.quantize(xk[t][None, None], dtype,
+                                         per="tensor" if per_token else "row")
+        np.testing.assert_array_equal(pool_k[blk, pos], want_c[0, 0])
+        np.testing.assert_array_equal(sc_k[blk, pos], np.broadcast_to(want_s, sc_k[blk, pos].shape)
+                                      if per_token else want_s[0, 0])
+    written = {int(s) for s in slots}
+    for blk in range(nb):
+        for pos in range(bs):
+            if blk * bs + pos not in written:
+                assert (pool_k[blk, pos] == 5).all() and (sc_k[blk, pos] == 3.0).all()
+    # Decode (one query per sequence) and a 3-query chunk, causal bottom-right.
+    for lq in (1, 3):
+        qs = [rng.standard_normal((min(lq, n), h, d)).astype(np.float32) for n in lens]
+        cu_q = np.cumsum([0] + [len(x) for x in qs]).astype(np.int32)
+        out = libmha.attention_varlen(np.concatenate(qs), pool_k, pool_v, cu_q,
+                                      block_table=table, seqlens=np.array(lens, np.int32),
+                                      causal="bottom_right", kv_dtype=dtype,
+                                      k_scales=sc_k, v_scales=sc_v)
+        for b, n in enumerate(lens):
+            kc, ks = gather_tokens(pool_k, sc_k, table[b], n, bs)
+            vc, vs = gather_tokens(pool_v, sc_v, table[b], n, bs)
+            kd, vd = decode(kc, dtype) * ks[..., None], decode(vc, dtype) * vs[..., None]
+            want = ref_causal(qs[b], kd, vd)
+            np.testing.assert_allclose(out[cu_q[b]:cu_q[b + 1]], want, **TOL)
+
+
+def ref_causal(q, k, v):
+    """q [Lq, H, d], k/v [Lk, Hkv, d] float64, bottom-right causal."""
+    lq, h, d = q.shape
+    lk, hkv = k.shape[:2]
+    out = np.zeros((lq, h, v.shape[2]))
+    for hh in range(h):
+        g = hh // (h // hkv)
+        s = (q[:, hh].astype(np.float64) @ k[:, g].T) / np.sqrt(d)
+        s = np.where(np.arange(lk)[None, :] <= np.arange(lq)[:, None] + lk - lq, s, -np.inf)
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        out[:, hh] = (p / p.sum(axis=1, keepdims=True)) @ v[:, g]
+    return out
+
+
+def test_varlen_packed_codes():
+    rng = np.random.default_rng(21)
+    hkv, h, d = 2, 2, 16
+    lens = [5, 9]
+    k = rng.standard_normal((1, sum(lens), hkv, d)).astype(np.float32)
+    v = rng.standard_normal((1, sum(lens), hkv, d)).astype(np.float32)
+    kc, ks = libmha.quantize(k, "i8")
+    vc, vs = libmha.quantize(v, "i8")
+    q = rng.standard_normal((len(lens), h, d)).astype(np.float32)
+    cu_q = np.arange(len(lens) + 1, dtype=np.int32)
+    cu_k = np.cumsum([0] + lens).astype(np.int32)
+    out = libmha.attention_varlen(q, kc[0], vc[0], cu_q, cu_seqlens_k=cu_k,
+                                  k_scales=ks[0], v_scales=vs[0], causal="bottom_right")
+    kd, vd = decode(kc[0], "i8") * ks[0][..., None], decode(vc[0], "i8") * vs[0][..., None]
+    for b in range(len(lens)):
+        sl = slice(cu_k[b], cu_k[b + 1])
+        np.testing.assert_allclose(out[b:b + 1], ref_causal(q[b:b + 1], kd[sl], vd[sl]), **TOL)
+
+
+def test_quantize_paged_refusals_write_nothing():
+    pool = np.zeros((2, 4, 1, 8), dtype=np.int8)
+    sc = np.ones((2, 4, 1), dtype=np.float32)
+    x = np.ones((3, 1, 8), dtype=np.float32)
+    with pytest.raises(libmha.ArgumentError):                    # slot past the pool
+        libmha.quantize_paged(x, pool, sc, np.array([0, 1, 8], np.int64), "i8")
+    with pytest.raises(libmha.ShapeError, match="slots"):
+        libmha.quantize_paged(x, pool, sc, np.array([0, 1], np.int64), "i8")
+    with pytest.raises(libmha.DTypeError, match="slots"):
+        libmha.quantize_paged(x, pool, sc, np.array([0, 1, 2], np.int32), "i8")
+    with pytest.raises(libmha.DTypeError, match="pool"):
+        libmha.quantize_paged(x, pool, sc, np.array([0, 1, 2], np.int64), "fp8_e4m3")
+    assert (pool == 0).all() and (sc == 1).all()
