@@ -146,6 +146,15 @@ static const float *half_values(const mk_half_slots *h,
     return at;
 }
 
+/* Whether the half step hands P to P·V as codes (the slots' codes pair,
+ * kernels.h): when the set has the pair and nothing else reads P, i.e. no
+ * weights output (its normalize reads P as floats). */
+static int half_codes(const mha_plan *pl, const mha_row_block *rb)
+{
+    return pl->half && pl->half->softmax_update_codes && pl->half->pv_codes &&
+           !rb->w;
+}
+
 /* Floats of packed keys before key k0 of a head: the half slots pack
  * pairs of codes, a float's width, so their depth is d / 2. */
 static size_t packed_before(const mk_table *t, const mha_problem *p,
@@ -183,9 +192,11 @@ void mha_prefill_scores(const mk_table *t, const mha_problem *p,
             pack_keys(t, p, rb, sc, k0, nk, kp);
         t->qk(rb->q, rb->ldq, rb->rows, kp, nk, p->d, sc->s, rb->key_block);
     }
-    (pl->half ? pl->half->softmax_update : t->softmax_update)(
-        sc->s, rb->key_block, rb->rows, nk, p->scale, &mk, m, row_sum,
-        sc->alpha);
+    mk_softmax_update_fn *step = !pl->half         ? t->softmax_update
+                                 : half_codes(pl, rb) ? pl->half->softmax_update_codes
+                                                      : pl->half->softmax_update;
+    step(sc->s, rb->key_block, rb->rows, nk, p->scale, &mk, m, row_sum,
+         sc->alpha);
 }
 
 /* One key block through (part of) the row block. */
@@ -199,9 +210,10 @@ static void key_step(const mk_table *t, const mha_problem *p,
     if (rb->w)
         t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, rb->w_ld);
     ptrdiff_t ldv;
-    if (pl->half) { /* P becomes half codes in sc->s */
+    if (pl->half) { /* P is, or becomes, half codes in sc->s */
         const float *vp = half_values(pl->half, p, rb, sc, k0, nk, &ldv);
-        pl->half->pv(sc->s, bk, rb->rows, nk, vp, ldv, dv, sc->alpha, o, dv);
+        (half_codes(pl, rb) ? pl->half->pv_codes : pl->half->pv)(
+            sc->s, bk, rb->rows, nk, vp, ldv, dv, sc->alpha, o, dv);
         return;
     }
     const float *v = sc->cache ? cached_values(t, p, rb, sc, k0, nk, &ldv)

@@ -381,7 +381,14 @@ typedef void mk_linear_fn(const float *a, ptrdiff_t lda, int64_t m,
  * when m > 1) is scratch: its rows are overwritten with the codes. Sums
  * in key order, two keys at a time.
  * softmax_update: softmax_update for a P that pv rounds to h next: its
- * exp may be as coarse as a few 1e-6 relative. */
+ * exp may be as coarse as a few 1e-6 relative.
+ * softmax_update_codes and pv_codes (optional, a pair, both or neither):
+ * the same two steps with P handed over as codes. softmax_update_codes
+ * writes what softmax_update writes, each row's P rounded to h in place:
+ * codes j < n in the row's first 2n bytes, a zero code after an odd n
+ * (the row's row_max, row_sum and alpha bit for bit softmax_update's);
+ * pv_codes is pv on rows already so. The engine takes the pair when
+ * nothing else reads P (no weights output): it saves pv's pass over P. */
 typedef enum mk_half {
     MK_HALF_BF16 = 0,
     MK_HALF_F16 = 1,
@@ -398,7 +405,8 @@ typedef void mk_pack_v_half_fn(const uint16_t *v, ptrdiff_t ldv, int64_t n,
 typedef void mk_pv_half_fn(float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                            const float *vp, ptrdiff_t cb_stride, int64_t dv,
                            const float *alpha, float *o, ptrdiff_t ldo);
-/* One half dtype's slots: all six, or none (NULL). */
+/* One half dtype's slots: all six, or none (NULL); the codes pair
+ * optional on top. */
 typedef struct mk_half_slots {
     mk_pack_half_fn *pack;
     mk_qk_half_fn *qk;
@@ -406,6 +414,8 @@ typedef struct mk_half_slots {
     mk_pack_v_half_fn *pack_v;
     mk_pv_half_fn *pv;
     mk_softmax_update_fn *softmax_update;
+    mk_softmax_update_fn *softmax_update_codes; /* optional pair */
+    mk_pv_half_fn *pv_codes;
 } mk_half_slots;
 
 /* The benchmark's FMA peak: independent multiply-add chains in this ISA's

@@ -36,6 +36,13 @@
  *                            2^-20, -inf or NaN; k a vector of one value
  *                            in [1/2, 2], the same across a loop), and the
  *                            exp pass works in base 2 (sm_exp2 below).
+ *   MK_SM_CODES              1: P leaves as half codes (kernels.h,
+ *                            softmax_update_codes): mk_v_store_codes(p, x)
+ *                            and mk_v_store_codes_n(p, n, x) write the
+ *                            codes of MK_W (or n) lanes to uint16_t p[],
+ *                            MK_SM_CODE_ONE is the code of 1; the driver
+ *                            defines mk_<isa>_softmax_update_codes (and
+ *                            no normalize).
  *   MK_V_STREAM              1: mk_v_stream(p, x) (a 64-byte aligned
  *                            non-temporal store) and mk_v_stream_fence()
  *                            exist, and normalize streams blocks of more
@@ -67,6 +74,9 @@
 #endif
 #ifndef MK_V_EXP2
 #define MK_V_EXP2 0
+#endif
+#ifndef MK_SM_CODES
+#define MK_SM_CODES 0
 #endif
 
 #define MK_SM_INLINE static inline __attribute__((always_inline))
@@ -257,37 +267,51 @@ MK_SM_INLINE MK_V sm_p(MK_V x, MK_V a, MK_V b, MK_V k, int base2)
 /* Pass 2: s[j] = sm_p(s[j]) for j < n. Returns sum_j s[j]: summed here
  * with MK_SM_FUSED_SUM, else by sm_sum. */
 MK_SM_INLINE float sm_exp_pass(float *s, int64_t n, MK_V a, MK_V b, MK_V k,
-                               int base2)
+                               int base2, uint16_t *codes)
 {
 #if MK_SM_FUSED_SUM
     MK_V sum = mk_v_set1(0.0f);
 #endif
     int64_t j = 0;
+#if MK_SM_CODES
+    /* codes: the row's codes from this range's first key on; a row's
+     * code j lies below its float j, so every store falls on floats this
+     * loop has read already. */
+#define MK_SM_STORE(j, e) mk_v_store_codes(codes + (j), e)
+#define MK_SM_STORE_N(j, cnt, e) mk_v_store_codes_n(codes + (j), cnt, e)
+#else
+    (void)codes;
+#define MK_SM_STORE(j, e) mk_v_store(s + (j), e)
+#define MK_SM_STORE_N(j, cnt, e) mk_v_store_n(s + (j), cnt, e)
+#endif
     for (; j + MK_W <= n; j += MK_W) {
         MK_V e = sm_p(mk_v_load(s + j), a, b, k, base2);
-        mk_v_store(s + j, e);
+        MK_SM_STORE(j, e);
 #if MK_SM_FUSED_SUM
         sum = mk_v_add(sum, e);
 #endif
     }
     if (j < n) {
         MK_V e = sm_p(mk_v_load_n(s + j, n - j), a, b, k, base2);
-        mk_v_store_n(s + j, n - j, e);
+        MK_SM_STORE_N(j, n - j, e);
 #if MK_SM_FUSED_SUM
         sum = mk_v_add(sum, mk_v_sel(mk_v_lanes(n - j), e, mk_v_set1(0.0f)));
 #endif
     }
+#undef MK_SM_STORE
+#undef MK_SM_STORE_N
 #if MK_SM_FUSED_SUM
     return mk_v_hsum(sum);
 #else
+    _Static_assert(!MK_SM_CODES, "codes need the sum in the exp pass");
     return sm_sum(s, n);
 #endif
 }
 
 /* s[j] = exp(a * s[j] - b) for j < n; returns their sum. */
-static float sm_exp(float *s, int64_t n, MK_V a, MK_V b)
+static float sm_exp(float *s, int64_t n, MK_V a, MK_V b, uint16_t *codes)
 {
-    return sm_exp_pass(s, n, a, b, a, 0);
+    return sm_exp_pass(s, n, a, b, a, 0, codes);
 }
 
 #if MK_V_EXP2
@@ -299,9 +323,10 @@ static float sm_exp(float *s, int64_t n, MK_V a, MK_V b)
  * P is exp(a s[j] - max') to the FMA's rounding, 2^-24 of |A s[j] - B| (a
  * relative 1e-6 of P at e^-20 of the row's largest), and the polynomial's
  * error. Returns sum_j s[j]. */
-static float sm_exp2(float *s, int64_t n, MK_V a, MK_V negb, MK_V k)
+static float sm_exp2(float *s, int64_t n, MK_V a, MK_V negb, MK_V k,
+                     uint16_t *codes)
 {
-    return sm_exp_pass(s, n, a, negb, k, 1);
+    return sm_exp_pass(s, n, a, negb, k, 1, codes);
 }
 #endif
 
@@ -329,6 +354,17 @@ static inline int sm_exp2_args(const sm_base2 *b2, float mx, float *negb,
     /* Without mk_v_exp2k every row takes sm_exp. */
     (void)b2, (void)mx, (void)negb, (void)k;
     return 0;
+#endif
+}
+
+/* With MK_SM_CODES, where a row's code lo goes (NULL otherwise). */
+static inline uint16_t *sm_codes_at(float *row, int64_t lo)
+{
+#if MK_SM_CODES
+    return (uint16_t *)(void *)row + lo;
+#else
+    (void)row, (void)lo;
+    return NULL;
 #endif
 }
 
@@ -369,6 +405,21 @@ MK_SM_INLINE int sm_row_exp(float *row, int64_t n, const sm_rowpass *rp,
 {
     const int64_t lo = rp->lo, hi = rp->hi, count = hi - lo;
     float *vis = row + lo;
+#if MK_SM_CODES
+    /* P as codes: n of them and a zero after an odd n; the zeros outside
+     * [lo, hi) go in after the exp pass, whose floats they overlap. */
+    uint16_t *codes = (uint16_t *)(void *)row;
+    const int64_t ncodes = n + (n & 1);
+    if (rp->mx == -INFINITY) {
+        memset(codes, 0, (size_t)ncodes * sizeof *codes);
+        return 0;
+    }
+#define MK_SM_ZERO_OUTSIDE()                                                \
+    do {                                                                    \
+        memset(codes, 0, (size_t)lo * sizeof *codes);                       \
+        memset(codes + hi, 0, (size_t)(ncodes - hi) * sizeof *codes);       \
+    } while (0)
+#else
     if (rp->mx == -INFINITY) {
         memset(row, 0, (size_t)n * sizeof *row);
         return 0;
@@ -377,21 +428,30 @@ MK_SM_INLINE int sm_row_exp(float *row, int64_t n, const sm_rowpass *rp,
         memset(row, 0, (size_t)lo * sizeof *row);
     if (hi < n)
         memset(row + hi, 0, (size_t)(n - hi) * sizeof *row);
+#define MK_SM_ZERO_OUTSIDE() ((void)0)
+#endif
     const float a = unscaled ? scale : 1.0f;
     (void)b2; /* read only with MK_V_EXP2 */
     if (count == 1 && rp->bmax == rp->mx) {
         /* One key, the row's maximum: P = exp(0) = 1 exactly, so its
          * output is its value row bit for bit (a causal first row). */
+#if MK_SM_CODES
+        codes[lo] = MK_SM_CODE_ONE;
+#else
         vis[0] = 1.0f;
+#endif
         *psum = 1.0f;
     }
 #if MK_V_EXP2
     else if (rp->base2)
         *psum = sm_exp2(vis, count, mk_v_set1(b2->A), mk_v_set1(rp->negb),
-                        mk_v_set1(rp->k));
+                        mk_v_set1(rp->k), sm_codes_at(row, lo));
 #endif
     else
-        *psum = sm_exp(vis, count, mk_v_set1(a), mk_v_set1(rp->mx));
+        *psum = sm_exp(vis, count, mk_v_set1(a), mk_v_set1(rp->mx),
+                       sm_codes_at(row, lo));
+    MK_SM_ZERO_OUTSIDE();
+#undef MK_SM_ZERO_OUTSIDE
     return 1;
 }
 
@@ -409,9 +469,14 @@ MK_SM_INLINE int sm_row_exp(float *row, int64_t n, const sm_rowpass *rp,
  * Preconditions: lds >= n when m > 1; mask->keep / bias readable for the
  * visible keys of each row (row stride keep_ld / bias_ld, 0 broadcasts).
  */
-void MK_SM_FN(softmax_update)(float *s, ptrdiff_t lds, int64_t m, int64_t n,
-                              float scale, const mk_mask *mask,
-                              float *row_max, float *row_sum, float *alpha)
+#if MK_SM_CODES
+#define MK_SM_UPDATE MK_SM_FN(softmax_update_codes)
+#else
+#define MK_SM_UPDATE MK_SM_FN(softmax_update)
+#endif
+void MK_SM_UPDATE(float *s, ptrdiff_t lds, int64_t m, int64_t n, float scale,
+                  const mk_mask *mask, float *row_max, float *row_sum,
+                  float *alpha)
 {
     assert(m >= 0 && n >= 0 && mask);
     assert(m == 0 || (s && row_max && row_sum && alpha));
@@ -470,6 +535,7 @@ void MK_SM_FN(softmax_update)(float *s, ptrdiff_t lds, int64_t m, int64_t n,
     }
 }
 
+#if !MK_SM_CODES
 /*
  * out[i][c] = o[i][c] * (1 / row_sum[i]), or 0 when row_sum[i] == 0 (a
  * row with every key masked: exact zeros even if o holds NaN). MK_W
@@ -519,6 +585,9 @@ void MK_SM_FN(normalize)(const float *o, ptrdiff_t ldo, int64_t m,
 #endif
 }
 
+#endif /* !MK_SM_CODES: normalize */
+
+#undef MK_SM_UPDATE
 #undef MK_SM_INLINE
 #undef MK_SM_FN
 #undef MK_SM_CAT

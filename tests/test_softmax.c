@@ -487,6 +487,123 @@ START_TEST(softmax_single_key_exact)
 }
 END_TEST
 
+/* The codes pair of the half slots (kernels.h): softmax_update_codes
+ * leaves, bit for bit, softmax_update's state and its P rounded to the
+ * half dtype in each row's first bytes (a zero code after an odd n, zeros
+ * outside the visible range, an empty row all zeros, P = 1 exactly for a
+ * row's one visible maximum), and pv_codes on those codes writes what pv
+ * writes on the float P. Tiles: a causal diagonal with a window's left
+ * edge (rows of one key, rows empty in this tile), a key limit, keep and
+ * bias with -inf, odd and even n, a state carried over from an earlier
+ * block. */
+START_TEST(softmax_half_codes)
+{
+    table_set ts;
+    get_tables(&ts);
+    test_rng r;
+    rng_seed(&r, 67);
+    int checked = 0;
+    for (int x = 0; x < ts.n; x++)
+        for (int h = 0; h < MK_HALF_COUNT; h++) {
+            const mk_half_slots *hs = &ts.t[x].half[h];
+            REQUIRE(!hs->softmax_update_codes == !hs->pv_codes,
+                    "[%s] half %d: the codes pair is both slots or neither",
+                    mha_isa_name(ts.isa[x]), h);
+            if (!hs->softmax_update_codes)
+                continue;
+            checked++;
+            for (int kind = 0; kind < 4; kind++)
+                for (int64_t n = 37; n <= 64; n += 27) {
+                    const int64_t m = 21, lds = n + 3, dv = 40;
+                    mk_mask mask;
+                    memset(&mask, 0, sizeof mask);
+                    mask.diag_lo = kind == 0 ? -3 : MK_NO_DIAG_LO;
+                    mask.diag_hi = kind == 0 ? -2 : MK_NO_DIAG_HI;
+                    mask.key_limit = kind == 1 ? n - 5 : n;
+                    uint8_t *keep = NULL;
+                    float *bias = NULL;
+                    if (kind == 2) {
+                        keep = test_alloc((size_t)(m * n));
+                        for (int64_t i = 0; i < m * n; i++)
+                            keep[i] = (uint8_t)(i % 5 != 1 && i / n != 4);
+                        mask.keep = keep, mask.keep_ld = n;
+                    }
+                    if (kind == 3) {
+                        bias = random_floats(&r, (size_t)(m * n));
+                        for (int64_t i = 0; i < m * n; i += 3)
+                            bias[i] = -INFINITY;
+                        mask.bias = bias, mask.bias_ld = n;
+                    }
+                    float *sc = random_floats(&r, (size_t)(m * lds));
+                    for (int64_t i = 0; i < m * lds; i++)
+                        sc[i] *= 9.0f;
+                    float *pf = copy_floats(sc, (size_t)(m * lds));
+                    float *pc = copy_floats(sc, (size_t)(m * lds));
+                    float st[2][3][21];
+                    for (int g = 0; g < 2; g++)
+                        for (int64_t i = 0; i < m; i++)
+                            st[g][0][i] = i % 3 ? -INFINITY : 1.5f,
+                            st[g][1][i] = i % 3 ? 0.0f : 2.0f;
+                    hs->softmax_update(pf, lds, m, n, 0.2f, &mask, st[0][0],
+                                       st[0][1], st[0][2]);
+                    hs->softmax_update_codes(pc, lds, m, n, 0.2f, &mask,
+                                             st[1][0], st[1][1], st[1][2]);
+                    REQUIRE(memcmp(st[0], st[1], sizeof st[0]) == 0,
+                            "[%s] half %d kind %d n %lld: the codes step's "
+                            "row_max, row_sum or alpha differ",
+                            mha_isa_name(ts.isa[x]), h, kind, (long long)n);
+                    for (int64_t i = 0; i < m; i++) {
+                        uint16_t want[66];
+                        if (h == MK_HALF_BF16)
+                            mha_f32_to_bf16(pf + i * lds, (size_t)n, want);
+                        else
+                            mha_f32_to_f16(pf + i * lds, (size_t)n, want);
+                        want[n] = 0;
+                        const uint16_t *got =
+                            (const uint16_t *)(const void *)(pc + i * lds);
+                        REQUIRE(memcmp(got, want, (size_t)(n + (n & 1)) *
+                                                      sizeof *got) == 0,
+                                "[%s] half %d kind %d n %lld row %lld: codes "
+                                "are not the float step's P rounded",
+                                mha_isa_name(ts.isa[x]), h, kind,
+                                (long long)n, (long long)i);
+                    }
+                    /* pv on the float P and pv_codes on the codes. */
+                    uint16_t *v = test_alloc((size_t)(n * dv) * 2);
+                    float *vf = random_floats(&r, (size_t)(n * dv));
+                    if (h == MK_HALF_BF16)
+                        mha_f32_to_bf16(vf, (size_t)(n * dv), v);
+                    else
+                        mha_f32_to_f16(vf, (size_t)(n * dv), v);
+                    size_t vpf = hs->packed_v_floats(n, dv);
+                    float *vp = test_alloc(vpf * sizeof *vp);
+                    hs->pack_v(v, dv, n, dv, vp,
+                               (ptrdiff_t)hs->packed_v_floats(n, 1));
+                    float *o[2];
+                    for (int g = 0; g < 2; g++) {
+                        o[g] = test_alloc((size_t)(m * dv) * sizeof(float));
+                        for (int64_t i = 0; i < m * dv; i++)
+                            o[g][i] = (float)(i % 7) - 3.0f;
+                    }
+                    hs->pv(pf, lds, m, n, vp,
+                           (ptrdiff_t)hs->packed_v_floats(n, 1), dv,
+                           st[0][2], o[0], dv);
+                    hs->pv_codes(pc, lds, m, n, vp,
+                                 (ptrdiff_t)hs->packed_v_floats(n, 1), dv,
+                                 st[1][2], o[1], dv);
+                    REQUIRE(memcmp(o[0], o[1],
+                                   (size_t)(m * dv) * sizeof(float)) == 0,
+                            "[%s] half %d kind %d n %lld: pv_codes differs "
+                            "from pv", mha_isa_name(ts.isa[x]), h, kind,
+                            (long long)n);
+                    free(o[0]), free(o[1]), free(vp), free(vf), free(v);
+                    free(sc), free(pf), free(pc), free(keep), free(bias);
+                }
+        }
+    printf("half codes pair checked on %d slot set(s)\n", checked);
+}
+END_TEST
+
 Suite *suite_softmax(void)
 {
     Suite *s = suite_create("softmax");
@@ -494,6 +611,7 @@ Suite *suite_softmax(void)
     tcase_add_test(tc, softmax_update_edges);
     tcase_add_test(tc, softmax_exp_accuracy);
     tcase_add_test(tc, softmax_single_key_exact);
+    tcase_add_test(tc, softmax_half_codes);
     suite_add_tcase(s, tc);
     return s;
 }

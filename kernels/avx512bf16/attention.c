@@ -110,24 +110,17 @@ void mk_avx512bf16_pack_v_bf16(const uint16_t *v, ptrdiff_t ldv, int64_t n,
 }
 
 /*
- * o[i][c] = alpha[i] * o[i][c] + sum_j bf16(p[i][j]) * v[j][c]. P's rows
- * become bf16 codes in place (pairs of keys, the tile's A elements); each
- * 32-column block of the pack is swept by every strip of P over the whole
- * pairs of keys. An odd n ends with one more step whose pair row keeps
- * only its first key's codes: the key after n may be one of a larger
- * pack's, and 0 x inf must not reach o.
+ * o[i][c] = alpha[i] * o[i][c] + sum_j P[i][j] * v[j][c], P's rows bf16
+ * codes in their first bytes (pairs of keys, the tile's A elements, a
+ * zero code after an odd n); each 32-column block of the pack is swept
+ * by every strip of P over the whole pairs of keys. An odd n ends with
+ * one more step whose pair row keeps only its first key's codes: the key
+ * after n may be one of a larger pack's, and 0 x inf must not reach o.
  */
-void mk_avx512bf16_pv_bf16_12x32(float *p, ptrdiff_t ldp, int64_t m,
-                                 int64_t n, const float *vp,
-                                 ptrdiff_t cb_stride, int64_t dv,
-                                 const float *alpha, float *o, ptrdiff_t ldo)
+static void pv_codes(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+                     const float *vp, ptrdiff_t cb_stride, int64_t dv,
+                     const float *alpha, float *o, ptrdiff_t ldo)
 {
-    assert(m >= 0 && n >= 0 && dv >= 0 && ldp >= 0);
-    assert(m <= 1 || ldp >= n);
-    if (m == 0 || dv == 0)
-        return;
-    for (int64_t i = 0; i < m; i++)
-        row_to_bf16(p + i * ldp, n);
     const int64_t pairs = n / 2;
     _Alignas(64) float tail[MK_AVX512_NR];
     const __m512i first_key = _mm512_set1_epi32(0xFFFF);
@@ -146,4 +139,35 @@ void mk_avx512bf16_pv_bf16_12x32(float *p, ptrdiff_t ldp, int64_t m,
         mk_td_pv_chunk(MK_TD_BY_ROWS, MK_TILE_C_NARROW, 0, p + pairs, ldp, m,
                        1, tail, 0, nr, alpha, o + c0, ldo);
     }
+}
+
+/* pv_bf16 (kernels.h): P's rows become bf16 codes in place, then
+ * pv_codes. */
+void mk_avx512bf16_pv_bf16_12x32(float *p, ptrdiff_t ldp, int64_t m,
+                                 int64_t n, const float *vp,
+                                 ptrdiff_t cb_stride, int64_t dv,
+                                 const float *alpha, float *o, ptrdiff_t ldo)
+{
+    assert(m >= 0 && n >= 0 && dv >= 0 && ldp >= 0);
+    assert(m <= 1 || ldp >= n);
+    if (m == 0 || dv == 0)
+        return;
+    for (int64_t i = 0; i < m; i++)
+        row_to_bf16(p + i * ldp, n);
+    pv_codes(p, ldp, m, n, vp, cb_stride, dv, alpha, o, ldo);
+}
+
+/* pv_codes (kernels.h): P already codes, as softmax_update_codes leaves
+ * it. */
+void mk_avx512bf16_pv_bf16_codes_12x32(float *p, ptrdiff_t ldp, int64_t m,
+                                       int64_t n, const float *vp,
+                                       ptrdiff_t cb_stride, int64_t dv,
+                                       const float *alpha, float *o,
+                                       ptrdiff_t ldo)
+{
+    assert(m >= 0 && n >= 0 && dv >= 0 && ldp >= 0);
+    assert(m <= 1 || ldp >= n);
+    if (m == 0 || dv == 0)
+        return;
+    pv_codes(p, ldp, m, n, vp, cb_stride, dv, alpha, o, ldo);
 }

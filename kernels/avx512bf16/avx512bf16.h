@@ -9,5 +9,8 @@ MK_DECLARE_HALF(avx512bf16, bf16, 12x32);
 MK_DECLARE_DECODE(avx512bf16);
 mk_softmax_update_fn mk_avx512bf16_softmax_update;
 mk_normalize_fn mk_avx512bf16_normalize;
+/* The codes pair (kernels.h): softmax_codes.c, attention.c. */
+mk_softmax_update_fn mk_avx512bf16_softmax_update_codes;
+mk_pv_half_fn mk_avx512bf16_pv_bf16_codes_12x32;
 
 #endif

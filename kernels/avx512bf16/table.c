@@ -13,4 +13,7 @@ void mk_init_avx512bf16(mk_table *t)
     MK_SET_HALF(t, MK_HALF_BF16, avx512bf16, bf16, 12x32);
     MK_SET_DECODE(t, avx512bf16);
     t->half[MK_HALF_BF16].softmax_update = mk_avx512bf16_softmax_update;
+    t->half[MK_HALF_BF16].softmax_update_codes =
+        mk_avx512bf16_softmax_update_codes;
+    t->half[MK_HALF_BF16].pv_codes = mk_avx512bf16_pv_bf16_codes_12x32;
 }
