@@ -56,7 +56,10 @@
 
 /* The half compute slots of an ISA with a dot product of half dtype h
  * (bf16 or f16; all of them but softmax_update, which a table sets to the
- * step it chooses); H is the slot set's index (MK_HALF_BF16, MK_HALF_F16). */
+ * step it chooses); H is the slot set's index (MK_HALF_BF16, MK_HALF_F16).
+ * The optional codes pair is cleared, so a table that replaces a base's
+ * set never keeps the base's pv_codes over its own pack; a table sets the
+ * pair after this. */
 #define MK_DECLARE_HALF(isa, h, tile)                          \
     mk_pack_half_fn mk_##isa##_pack_##h;                       \
     mk_qk_half_fn mk_##isa##_qk_##h##_##tile;                  \
@@ -64,7 +67,9 @@
     mk_pack_v_half_fn mk_##isa##_pack_v_##h;                   \
     mk_pv_half_fn mk_##isa##_pv_##h##_##tile
 #define MK_SET_HALF(t, H, isa, h, tile)                        \
-    ((t)->half[H].pack = mk_##isa##_pack_##h,                  \
+    ((t)->half[H].softmax_update_codes = NULL,                 \
+     (t)->half[H].pv_codes = NULL, /* pv's partner, or none */  \
+     (t)->half[H].pack = mk_##isa##_pack_##h,                  \
      (t)->half[H].qk = mk_##isa##_qk_##h##_##tile,             \
      (t)->half[H].packed_v_floats = mk_##isa##_packed_v_##h##_floats, \
      (t)->half[H].pack_v = mk_##isa##_pack_v_##h,              \
