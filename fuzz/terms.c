@@ -344,7 +344,10 @@ void terms_link(terms_case *tc, attention_case *c, fault_list *f)
     mha_score_terms *t = &tc->terms;
     const terms_request *r = &tc->r;
     buffer *al = &tc->buf[TB_ALIBI], *sk = &tc->buf[TB_SINKS];
-    wide aspan = t->alibi_slopes ? alibi_span(t, B, H) : -1;
+    /* Slopes and sinks go to the library only with the terms: without
+     * them terms_model never bounded their span, so nothing is sized by
+     * it (a padded stride from the bytes asked malloc for 8 GiB). */
+    wide aspan = tc->use_terms && t->alibi_slopes ? alibi_span(t, B, H) : -1;
     buffer_alloc(al, aspan > 0 ? (size_t)aspan * 4 : 4, 0);
     unsigned acls = r->alibi >> 5;
     for (int64_t at = 0; (size_t)at * 4 < al->bytes; at++) {
@@ -361,7 +364,7 @@ void terms_link(terms_case *tc, attention_case *c, fault_list *f)
         put_float(al, at / H * t->alibi_stride_batch + at % H,
                   bad_value(acls == AV_NAN ? 1 : 2 + (r->alibi_at & 1)));
     }
-    const int has_sinks = t->sinks && H > 0;
+    const int has_sinks = tc->use_terms && t->sinks && H > 0;
     buffer_alloc(sk, has_sinks ? (size_t)H * 4 : 4, 0);
     unsigned scls = r->sinks % 8;
     static const float fixed[4] = {0.0f, 30.0f, -1e30f, 1e30f};
