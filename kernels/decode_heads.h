@@ -11,20 +11,32 @@
  * The including file defines, as static always-inline functions:
  *   rows_dot(q, ldq, m, row, t, sc, d, s, lds)
  *       s[i * lds] = q row i . key row (times sc when t is scaled), i < m
- *   pv_rows(R, pk, row, t, dv, o, ldo)
- *       o rows i < R += pk[i] times the value row, one FMA per element
+ *   keys_dot_n(r, q, ldq, k, kstep, t, sc, sc_step, d, s, lds, pf, pf_step)
+ *       the same for r <= MK_KEYS_DOT rows each with its own key row
+ *       (k + i * kstep: one query row per kv head), fetching the runs
+ *       pf + i * pf_step as it goes
+ *   pv_rows(R, pk, row, t, dv, o, ldo, pf)
+ *       o rows i < R += pk[i] times the value row, one FMA per element,
+ *       fetching the run pf (unless NULL) as it goes
  *   prefetch_run(run, bytes)
  *       fetch a run of bytes ahead
  *   code_factor(t)
  *       what its loads leave to undo per row (E4M3's 2^-8, or 1)
- * and INLINE.
+ *   spread_fetch(t)
+ *       whether one query row per kv head takes keys_dot_n and the fetch
+ *       spread over pv_rows's chunks (else rows_dot per head and the run
+ *       fetched before each head's work, as grouped rows always are)
+ * and INLINE. A kernel with nothing to fetch is given the row in use as
+ * its run (its lines are in flight already), so the fetch has no test.
  */
 #ifndef MK_DECODE_HEADS_H
 #define MK_DECODE_HEADS_H
 
 /* The fetch ahead, MK_HEADS_AHEAD positions on, spread: each kv head's
- * row of the position ahead is fetched just before the head's own work on
- * the current position, not the position's whole run at once. A burst of
+ * row of the position ahead is fetched with the head's own work on the
+ * current position (a line per chunk of it, in keys_dot_n and pv_rows;
+ * before it in the grouped rows_dot loop), not the position's whole run
+ * at once. A burst of
  * one prefetch per line of the run (64 for 4 KiB of fp32 heads) stalls on
  * the core's outstanding misses with no work to overlap (perf put 25-40%
  * of the decode kernels' samples on the burst through a paged cache's row
@@ -58,6 +70,15 @@ INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
         const char *ahead =
             fetch_ahead(k, ldk, k_rows, es, j, n + h->more);
         const float *sj = mk_dtype_scaled(t) ? ks + j * ks_ld : NULL;
+        if (G == 1 && spread_fetch(t)) { /* MK_KEYS_DOT heads at once */
+            for (int64_t i = 0; i < m; i += MK_KEYS_DOT)
+                keys_dot_n(m - i < MK_KEYS_DOT ? m - i : MK_KEYS_DOT,
+                           q + i * ldq, ldq, row + i * hb, (ptrdiff_t)hb, t,
+                           sj ? sj + i * h->scale_ld : NULL, h->scale_ld, d,
+                           s + i * lds + j, lds,
+                           (ahead ? ahead : row) + i * hb, (ptrdiff_t)hb);
+            continue;
+        }
         for (int64_t g = 0, i = 0; i < m; g++, i += group) {
             if (ahead)
                 prefetch_run(ahead + g * hb, (size_t)d * es);
@@ -91,7 +112,13 @@ INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
         const char *ahead =
             fetch_ahead(v, ldv, v_rows, es, j, n + h->more);
         for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += group) {
-            if (ahead)
+            /* One row per kv head: the fetch spread over pv_rows's
+             * chunks; grouped rows: the run before them (spread, the
+             * grouped rows read 0.85-0.93x, docs/benchmarks.md). */
+            const char *pf = G == 1 && spread_fetch(t)
+                                 ? (ahead ? ahead : row) + g * hb
+                                 : NULL;
+            if (!pf && ahead)
                 prefetch_run(ahead + g * hb, (size_t)dv * es);
             const int64_t nr = m - i0 < group ? m - i0 : group;
             /* A scaled row's probability takes its scale (and the code
@@ -104,9 +131,9 @@ INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
                                   code_factor(t)
                             : p[(i0 + i) * ldp + j];
             if (G > 0) /* whole kv heads (MK_HEADS_GROUP_SWITCH) */
-                pv_rows(G, pk, row + g * hb, t, dv, o + i0 * ldo, ldo);
+                pv_rows(G, pk, row + g * hb, t, dv, o + i0 * ldo, ldo, pf);
             else
-                pv_rows(nr, pk, row + g * hb, t, dv, o + i0 * ldo, ldo);
+                pv_rows(nr, pk, row + g * hb, t, dv, o + i0 * ldo, ldo, pf);
         }
     }
 }

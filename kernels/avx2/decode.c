@@ -121,6 +121,13 @@ INLINE float hsum(__m256 x)
     return _mm_cvtss_f32(s);
 }
 
+/* Row r's score: its sum times the row's scale sc (and the code factor)
+ * when t is scaled. */
+INLINE float scaled_score(mk_dtype t, float x, float sc)
+{
+    return mk_dtype_scaled(t) ? x * code_factor(t) * sc : x;
+}
+
 /* s[r * lds] = q row r . key row, r < R, times the row's scale sc when t
  * is scaled. */
 INLINE void dot_rows(int R, const float *q, ptrdiff_t ldq, const void *row,
@@ -154,10 +161,122 @@ INLINE void dot_rows(int R, const float *q, ptrdiff_t ldq, const void *row,
             a[r][1] = _mm256_fmadd_ps(
                 _mm256_maskload_ps(q + r * ldq + c, mask), k1, a[r][1]);
     }
-    for (int r = 0; r < R; r++) {
-        float x = hsum(_mm256_add_ps(a[r][0], a[r][1]));
-        s[r * lds] = mk_dtype_scaled(t) ? x * code_factor(t) * sc : x;
+    for (int r = 0; r < R; r++)
+        s[r * lds] = scaled_score(t, hsum(_mm256_add_ps(a[r][0], a[r][1])),
+                                  sc);
+}
+
+/* Rows of keys_dot: one. Across heads the fp32 rows measured slower taken
+ * 2 or 4 at a time (chunk by chunk across them: 0.88-0.92x from DRAM,
+ * docs/benchmarks.md), where the avx512 kernels' 16-bit rows gain 8 at a
+ * time; what this table keeps of keys_dot is its fetch spread over the
+ * chunks. */
+#define MK_KEYS_DOT 1
+
+/* The fetch ahead spread over a kernel's chunks (bytes [b0, b0 + bytes)
+ * of a row, bytes a constant, b0 a multiple of it): the lines at offsets
+ * 0, 64, ... of the run pf that start there, into L2, issued among the
+ * loads of the row in use rather than as a burst before them. No loop and
+ * at most a predictable test per chunk: a general loop over the lines
+ * cost 20-25% with the cache in L3 (docs/benchmarks.md). Kept beside its
+ * loops, always_inline (as prefetch_row). */
+INLINE void fetch_step(const char *pf, size_t b0, const size_t bytes)
+{
+    if (bytes >= 64)
+        for (size_t k = 0; k < bytes; k += 64)
+            _mm_prefetch(pf + b0 + k, _MM_HINT_T1);
+    else if ((b0 & 63) == 0)
+        _mm_prefetch(pf + b0, _MM_HINT_T1);
+}
+
+/* What fetch_step leaves of a run of row_bytes after the chunks ended at
+ * byte b0: the lines starting past b0 and the last line (an unaligned
+ * run's). */
+INLINE void fetch_rest(const char *pf, size_t b0, size_t row_bytes)
+{
+    if (row_bytes == 0)
+        return;
+    for (size_t o = (b0 + 63) & ~(size_t)63; o < row_bytes; o += 64)
+        _mm_prefetch(pf + o, _MM_HINT_T1);
+    _mm_prefetch(pf + row_bytes - 1, _MM_HINT_T1);
+}
+
+/* s[r * lds] = q row r (q + r * ldq) . key row k + r * kstep, times
+ * sc[r * sc_step] when t is scaled, r < R <= MK_KEYS_DOT: each row against
+ * its own key (the kv heads of a position), the chains and sums as
+ * dot_rows's, the runs pf + r * pf_step (d elements each) fetched ahead as
+ * the chunks go. Chunk by chunk across the rows: the rows' lines are
+ * loaded (and fetched) together, not one row's after another's. */
+INLINE void keys_dot(const int R, const float *q, ptrdiff_t ldq,
+                     const char *k, ptrdiff_t kstep, mk_dtype t,
+                     const float *sc, ptrdiff_t sc_step, int64_t d, float *s,
+                     ptrdiff_t lds, const char *pf, ptrdiff_t pf_step)
+{
+    const size_t es = mk_dtype_size(t);
+    __m256 a[4][2];
+    for (int r = 0; r < R; r++)
+        a[r][0] = a[r][1] = _mm256_setzero_ps();
+    int64_t c = 0;
+    for (; c + 16 <= d; c += 16)
+        for (int r = 0; r < R; r++) {
+            const float *qr = q + r * ldq + c;
+            fetch_step(pf + r * pf_step, (size_t)c * es, 16 * es);
+            __m256 k0, k1;
+            load16(k + r * kstep, t, c, &k0, &k1);
+            a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(qr), k0, a[r][0]);
+            a[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(qr + 8), k1, a[r][1]);
+        }
+    for (int r = 0; r < R; r++)
+        fetch_rest(pf + r * pf_step, (size_t)c * es, (size_t)d * es);
+    if (c + 8 <= d) {
+        for (int r = 0; r < R; r++)
+            a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * ldq + c),
+                                      load8(k + r * kstep, t, c), a[r][0]);
+        c += 8;
     }
+    if (c < d)
+        for (int r = 0; r < R; r++)
+            a[r][1] = _mm256_fmadd_ps(
+                _mm256_maskload_ps(q + r * ldq + c, lanes(d - c)),
+                load_tail(k + r * kstep, t, c, d - c), a[r][1]);
+    for (int r = 0; r < R; r++)
+        s[r * lds] = scaled_score(t, hsum(_mm256_add_ps(a[r][0], a[r][1])),
+                                  sc ? sc[r * sc_step] : 1.0f);
+}
+
+/* keys_dot with R a constant, 1 <= r <= MK_KEYS_DOT; with the common
+ * geometry (d = 64 or 128, the rows' queries, keys and fetched runs
+ * adjacent: a [B, L, H, D] position) the strides constants too, so every
+ * row's address is one base register and a displacement: the strides as
+ * values kept 3 pointers per row live and spilled them (0.88x with the
+ * cache in L3, docs/benchmarks.md). */
+INLINE void keys_dot_n(int64_t r, const float *q, ptrdiff_t ldq,
+                       const char *k, ptrdiff_t kstep, mk_dtype t,
+                       const float *sc, ptrdiff_t sc_step, int64_t d,
+                       float *s, ptrdiff_t lds, const char *pf,
+                       ptrdiff_t pf_step)
+{
+    const ptrdiff_t es = (ptrdiff_t)mk_dtype_size(t);
+#define KEYS_DOT_D(R, D)                                                  \
+    keys_dot(R, q, D, k, D * es, t, sc, sc_step, D, s, lds, pf, D * es)
+#define KEYS_DOT(R)                                                       \
+    do {                                                                  \
+        if (d == 128 && ldq == 128 && kstep == 128 * es &&                \
+            pf_step == kstep)                                             \
+            KEYS_DOT_D(R, 128);                                           \
+        else if (d == 64 && ldq == 64 && kstep == 64 * es &&              \
+                 pf_step == kstep)                                        \
+            KEYS_DOT_D(R, 64);                                            \
+        else                                                              \
+            keys_dot(R, q, ldq, k, kstep, t, sc, sc_step, d, s, lds, pf,  \
+                     pf_step);                                            \
+    } while (0)
+    switch (r) {
+    case 1: KEYS_DOT(1); break;
+    default: break;
+    }
+#undef KEYS_DOT
+#undef KEYS_DOT_D
 }
 
 /* s[i * lds] = q row i . key row, i < m (any m), 4 rows at a time. */
@@ -180,11 +299,14 @@ INLINE void rows_dot(const float *q, ptrdiff_t ldq, int64_t m,
 /* o rows i < R += pk[i] times value row rg (dv wide), one FMA per
  * element. */
 INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
-                    int64_t dv, float *o, ptrdiff_t ldo)
+                    int64_t dv, float *o, ptrdiff_t ldo, const char *pf)
 {
+    const size_t es = mk_dtype_size(t);
     const int64_t full = dv / 8 * 8;
     int64_t c = 0;
     for (; c + 16 <= full; c += 16) {
+        if (pf)
+            fetch_step(pf, (size_t)c * es, 16 * es);
         __m256 x0, x1;
         load16(rg, t, c, &x0, &x1);
         for (int64_t i = 0; i < R; i++) {
@@ -214,6 +336,17 @@ INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
                                                 _mm256_maskload_ps(oi, tail)));
         }
     }
+    if (pf)
+        fetch_rest(pf, (size_t)c * es, (size_t)dv * es);
+}
+
+/* fp32 spreads its fetch across heads (one query row per kv head): with
+ * the cache in L3 1.2x, from DRAM 1.0-1.06x; the 16-bit and 8-bit types
+ * measured level or slower that way on this table's kernels and keep the
+ * run fetched into L1 before each head's work (docs/benchmarks.md). */
+INLINE int spread_fetch(mk_dtype t)
+{
+    return t == MK_F32;
 }
 
 #include "decode_heads.h"

@@ -43,6 +43,12 @@
  * distance, docs/design.md). */
 enum { AHEAD = 32 };
 
+/* Rows (kv heads) of keys_dot, chunk by chunk across them: 16 of the 32
+ * registers accumulate. 8 at a time read a [B, L, H, D] fp16 cache from
+ * DRAM 1.1-1.25x faster than 1 (4: 1.05x), the fetch spread over the
+ * chunks (docs/benchmarks.md). */
+#define MK_KEYS_DOT 8
+
 /* Every cache line of a row of row_bytes bytes, into L2. Kept
  * always_inline beside its loops: a shared static inline helper compiled
  * to half the prefetches and halved [B, L, H, D] decode
@@ -182,6 +188,28 @@ INLINE __m512 load16(const void *row, mk_dtype t, int64_t c, int full,
     return _mm512_setzero_ps();
 }
 
+/* A score from its two chains: lanes l and l + 8, then l + 4, l + 2,
+ * l + 1 (_mm512_reduce_add_ps's tree, written out so that every kernel
+ * of this file sums the same way whichever compiler builds it). */
+INLINE float hsum16(__m512 a0, __m512 a1)
+{
+    __m512 x = _mm512_add_ps(a0, a1);
+    __m256 h = _mm256_add_ps(
+        _mm512_castps512_ps256(x),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    __m128 u = _mm_add_ps(_mm256_castps256_ps128(h),
+                          _mm256_extractf128_ps(h, 1));
+    __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+}
+
+/* Row r's score: its sum times the row's scale sc[r] (and the code
+ * factor) when t is scaled. */
+INLINE float scaled_score(mk_dtype t, float x, float sc)
+{
+    return mk_dtype_scaled(t) ? x * code_factor(t) * sc : x;
+}
+
 /* s[r * lds] = q row r . key row, r < R, times the row's scale sc when t
  * is scaled. */
 INLINE void dot_rows(const int R, const float *q, ptrdiff_t ldq,
@@ -228,10 +256,139 @@ INLINE void dot_rows(const int R, const float *q, ptrdiff_t ldq,
                     a[r][1]);
         }
     }
-    for (int r = 0; r < R; r++) {
-        float x = _mm512_reduce_add_ps(_mm512_add_ps(a[r][0], a[r][1]));
-        s[r * lds] = mk_dtype_scaled(t) ? x * code_factor(t) * sc : x;
+    for (int r = 0; r < R; r++)
+        s[r * lds] = scaled_score(t, hsum16(a[r][0], a[r][1]), sc);
+}
+
+/* The fetch ahead spread over a kernel's chunks (bytes [b0, b0 + bytes)
+ * of a row, bytes a constant, b0 a multiple of it): the lines at offsets
+ * 0, 64, ... of the run pf that start there, into L2, issued among the
+ * loads of the row in use rather than as a burst before them. No loop and
+ * at most a predictable test per chunk: a general loop over the lines
+ * cost 20-25% with the cache in L3 (docs/benchmarks.md). Kept beside its
+ * loops, always_inline (as prefetch_row). */
+INLINE void fetch_step(const char *pf, size_t b0, const size_t bytes)
+{
+    if (bytes >= 64)
+        for (size_t k = 0; k < bytes; k += 64)
+            _mm_prefetch(pf + b0 + k, _MM_HINT_T1);
+    else if ((b0 & 63) == 0)
+        _mm_prefetch(pf + b0, _MM_HINT_T1);
+}
+
+/* What fetch_step leaves of a run of row_bytes after the chunks ended at
+ * byte b0: the lines starting past b0 and the last line (an unaligned
+ * run's). */
+INLINE void fetch_rest(const char *pf, size_t b0, size_t row_bytes)
+{
+    if (row_bytes == 0)
+        return;
+    for (size_t o = (b0 + 63) & ~(size_t)63; o < row_bytes; o += 64)
+        _mm_prefetch(pf + o, _MM_HINT_T1);
+    _mm_prefetch(pf + row_bytes - 1, _MM_HINT_T1);
+}
+
+/* s[r * lds] = q row r (q + r * ldq) . key row k + r * kstep, times
+ * sc[r * sc_step] when t is scaled, r < R <= MK_KEYS_DOT: each row against
+ * its own key (the kv heads of a position), the chains and sums as
+ * dot_rows's, the runs pf + r * pf_step (d elements each) fetched ahead as
+ * the chunks go. Chunk by chunk across the rows: the rows' lines are
+ * loaded (and fetched) together, not one row's after another's. */
+INLINE void keys_dot(const int R, const float *q, ptrdiff_t ldq,
+                     const char *k, ptrdiff_t kstep, mk_dtype t,
+                     const float *sc, ptrdiff_t sc_step, int64_t d, float *s,
+                     ptrdiff_t lds, const char *pf, ptrdiff_t pf_step)
+{
+    const size_t es = mk_dtype_size(t);
+    __m512 a[MK_DECODE_ROWS][2];
+    for (int r = 0; r < R; r++)
+        a[r][0] = a[r][1] = _mm512_setzero_ps();
+    int64_t c = 0;
+#ifdef MK_AVX512_VBMI
+    if (t == MK_FP8_E4M3) /* 64 codes per lookup (dot_rows) */
+        for (; c + 64 <= d; c += 64)
+            for (int r = 0; r < R; r++) {
+                fetch_step(pf + r * pf_step, (size_t)c, 64);
+                __m512 k4[4];
+                e4m3_to_f32x4(
+                    _mm512_loadu_si512((const int8_t *)(k + r * kstep) + c),
+                    k4);
+                for (int x = 0; x < 4; x++)
+                    a[r][x & 1] = _mm512_fmadd_ps(
+                        _mm512_loadu_ps(q + r * ldq + c + 16 * x), k4[x],
+                        a[r][x & 1]);
+            }
+#endif
+    for (; c + 32 <= d; c += 32)
+        for (int r = 0; r < R; r++) {
+            const float *qr = q + r * ldq + c;
+            const char *kr = k + r * kstep;
+            fetch_step(pf + r * pf_step, (size_t)c * es, 32 * es);
+            a[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(qr),
+                                      load16(kr, t, c, 1, 0), a[r][0]);
+            a[r][1] = _mm512_fmadd_ps(_mm512_loadu_ps(qr + 16),
+                                      load16(kr, t, c + 16, 1, 0), a[r][1]);
+        }
+    if (c < d) {
+        __mmask16 m0 = lanes(d - c), m1 = lanes(d - c - 16);
+        for (int r = 0; r < R; r++) {
+            const float *qr = q + r * ldq + c;
+            const char *kr = k + r * kstep;
+            a[r][0] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, qr),
+                                      load16(kr, t, c, 0, m0), a[r][0]);
+            if (m1)
+                a[r][1] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, qr + 16),
+                                          load16(kr, t, c + 16, 0, m1),
+                                          a[r][1]);
+        }
     }
+    for (int r = 0; r < R; r++) {
+        fetch_rest(pf + r * pf_step, (size_t)c * es, (size_t)d * es);
+        s[r * lds] = scaled_score(t, hsum16(a[r][0], a[r][1]),
+                                  sc ? sc[r * sc_step] : 1.0f);
+    }
+}
+
+/* keys_dot with R a constant, 1 <= r <= MK_KEYS_DOT; with the common
+ * geometry (d = 64 or 128, the rows' queries, keys and fetched runs
+ * adjacent: a [B, L, H, D] position) the strides constants too, so every
+ * row's address is one base register and a displacement: the strides as
+ * values kept 3 pointers per row live and spilled them (0.88x with the
+ * cache in L3, docs/benchmarks.md). */
+INLINE void keys_dot_n(int64_t r, const float *q, ptrdiff_t ldq,
+                       const char *k, ptrdiff_t kstep, mk_dtype t,
+                       const float *sc, ptrdiff_t sc_step, int64_t d,
+                       float *s, ptrdiff_t lds, const char *pf,
+                       ptrdiff_t pf_step)
+{
+    const ptrdiff_t es = (ptrdiff_t)mk_dtype_size(t);
+#define KEYS_DOT_D(R, D)                                                  \
+    keys_dot(R, q, D, k, D * es, t, sc, sc_step, D, s, lds, pf, D * es)
+#define KEYS_DOT(R)                                                       \
+    do {                                                                  \
+        if (d == 128 && ldq == 128 && kstep == 128 * es &&                \
+            pf_step == kstep)                                             \
+            KEYS_DOT_D(R, 128);                                           \
+        else if (d == 64 && ldq == 64 && kstep == 64 * es &&              \
+                 pf_step == kstep)                                        \
+            KEYS_DOT_D(R, 64);                                            \
+        else                                                              \
+            keys_dot(R, q, ldq, k, kstep, t, sc, sc_step, d, s, lds, pf,  \
+                     pf_step);                                            \
+    } while (0)
+    switch (r) {
+    case 1: KEYS_DOT(1); break;
+    case 2: KEYS_DOT(2); break;
+    case 3: KEYS_DOT(3); break;
+    case 4: KEYS_DOT(4); break;
+    case 5: KEYS_DOT(5); break;
+    case 6: KEYS_DOT(6); break;
+    case 7: KEYS_DOT(7); break;
+    case 8: KEYS_DOT(8); break;
+    default: break;
+    }
+#undef KEYS_DOT
+#undef KEYS_DOT_D
 }
 
 /* s[r * lds] = q row r . key row, r < m <= MK_DECODE_ROWS: every row
@@ -256,14 +413,17 @@ INLINE void rows_dot(const float *q, ptrdiff_t ldq, int64_t m,
 /* o rows i < R += pk[i] times value row rg (dv wide), one FMA per
  * element (pv_chunk's for one key). */
 INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
-                    int64_t dv, float *o, ptrdiff_t ldo)
+                    int64_t dv, float *o, ptrdiff_t ldo, const char *pf)
 {
+    const size_t es = mk_dtype_size(t);
     const int64_t full = dv / 16 * 16;
     const __mmask16 tail = lanes(dv - full);
     int64_t c = 0;
 #ifdef MK_AVX512_VBMI
     if (t == MK_FP8_E4M3) /* 64 codes per lookup (dot_rows) */
         for (; c + 64 <= full; c += 64) {
+            if (pf)
+                fetch_step(pf, (size_t)c, 64);
             __m512 x4[4];
             e4m3_to_f32x4(_mm512_loadu_si512((const int8_t *)rg + c), x4);
             for (int x = 0; x < 4; x++)
@@ -277,6 +437,8 @@ INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
         }
 #endif
     for (; c < full; c += 16) {
+        if (pf)
+            fetch_step(pf, (size_t)c * es, 16 * es);
         __m512 x = load16(rg, t, c, 1, 0);
         for (int64_t i = 0; i < R; i++) {
             float *oi = o + i * ldo + c;
@@ -294,6 +456,8 @@ INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
                                 _mm512_maskz_loadu_ps(tail, oi)));
         }
     }
+    if (pf)
+        fetch_rest(pf, (size_t)c * es, (size_t)dv * es);
 }
 
 /* The across-heads loops fetch each kv head's row ahead into L2 (T0
@@ -301,6 +465,15 @@ INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
 INLINE void prefetch_run(const char *run, size_t run_bytes)
 {
     prefetch_row(run, run_bytes);
+}
+
+/* Every dtype of this file spreads its fetch across heads (one query row
+ * per kv head): 16-bit [B, L, H, D] caches read 1.04-1.27x faster from
+ * DRAM (docs/benchmarks.md). */
+INLINE int spread_fetch(mk_dtype t)
+{
+    (void)t;
+    return 1;
 }
 
 #include "decode_heads.h"
