@@ -244,12 +244,10 @@ INLINE void keys_dot(const int R, const float *q, ptrdiff_t ldq,
                                   sc ? sc[r * sc_step] : 1.0f);
 }
 
-/* keys_dot with R a constant, 1 <= r <= MK_KEYS_DOT; with the common
- * geometry (d = 64 or 128, the rows' queries, keys and fetched runs
- * adjacent: a [B, L, H, D] position) the strides constants too, so every
- * row's address is one base register and a displacement: the strides as
- * values kept 3 pointers per row live and spilled them (0.88x with the
- * cache in L3, docs/benchmarks.md). */
+/* keys_dot for r <= MK_KEYS_DOT rows; with the common geometry (d = 64
+ * or 128, the rows' queries, keys and fetched runs adjacent: a [B, L, H,
+ * D] position) the strides constants too (fp32 from DRAM 1.05x with them,
+ * docs/benchmarks.md). */
 INLINE void keys_dot_n(int64_t r, const float *q, ptrdiff_t ldq,
                        const char *k, ptrdiff_t kstep, mk_dtype t,
                        const float *sc, ptrdiff_t sc_step, int64_t d,
@@ -257,26 +255,15 @@ INLINE void keys_dot_n(int64_t r, const float *q, ptrdiff_t ldq,
                        ptrdiff_t pf_step)
 {
     const ptrdiff_t es = (ptrdiff_t)mk_dtype_size(t);
-#define KEYS_DOT_D(R, D)                                                  \
-    keys_dot(R, q, D, k, D * es, t, sc, sc_step, D, s, lds, pf, D * es)
-#define KEYS_DOT(R)                                                       \
-    do {                                                                  \
-        if (d == 128 && ldq == 128 && kstep == 128 * es &&                \
-            pf_step == kstep)                                             \
-            KEYS_DOT_D(R, 128);                                           \
-        else if (d == 64 && ldq == 64 && kstep == 64 * es &&              \
-                 pf_step == kstep)                                        \
-            KEYS_DOT_D(R, 64);                                            \
-        else                                                              \
-            keys_dot(R, q, ldq, k, kstep, t, sc, sc_step, d, s, lds, pf,  \
-                     pf_step);                                            \
-    } while (0)
-    switch (r) {
-    case 1: KEYS_DOT(1); break;
-    default: break;
-    }
-#undef KEYS_DOT
-#undef KEYS_DOT_D
+    (void)r;
+    if (d == 128 && ldq == 128 && kstep == 128 * es && pf_step == kstep)
+        keys_dot(1, q, 128, k, 128 * es, t, sc, sc_step, 128, s, lds, pf,
+                 128 * es);
+    else if (d == 64 && ldq == 64 && kstep == 64 * es && pf_step == kstep)
+        keys_dot(1, q, 64, k, 64 * es, t, sc, sc_step, 64, s, lds, pf,
+                 64 * es);
+    else
+        keys_dot(1, q, ldq, k, kstep, t, sc, sc_step, d, s, lds, pf, pf_step);
 }
 
 /* s[i * lds] = q row i . key row, i < m (any m), 4 rows at a time. */

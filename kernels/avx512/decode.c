@@ -349,7 +349,7 @@ INLINE void keys_dot(const int R, const float *q, ptrdiff_t ldq,
     }
 }
 
-/* keys_dot with R a constant, 1 <= r <= MK_KEYS_DOT; with the common
+/* keys_dot for r <= MK_KEYS_DOT rows; with the common
  * geometry (d = 64 or 128, the rows' queries, keys and fetched runs
  * adjacent: a [B, L, H, D] position) the strides constants too, so every
  * row's address is one base register and a displacement: the strides as
@@ -376,17 +376,16 @@ INLINE void keys_dot_n(int64_t r, const float *q, ptrdiff_t ldq,
             keys_dot(R, q, ldq, k, kstep, t, sc, sc_step, d, s, lds, pf,  \
                      pf_step);                                            \
     } while (0)
-    switch (r) {
-    case 1: KEYS_DOT(1); break;
-    case 2: KEYS_DOT(2); break;
-    case 3: KEYS_DOT(3); break;
-    case 4: KEYS_DOT(4); break;
-    case 5: KEYS_DOT(5); break;
-    case 6: KEYS_DOT(6); break;
-    case 7: KEYS_DOT(7); break;
-    case 8: KEYS_DOT(8); break;
-    default: break;
-    }
+    /* A group short of 8 heads (32, 16 or 64 heads have none) row by row:
+     * the same bits, and a copy of the loops for each short count would
+     * only slow the sanitizer and fuzzing builds. */
+    if (r == MK_KEYS_DOT)
+        KEYS_DOT(MK_KEYS_DOT);
+    else
+        for (int64_t i = 0; i < r; i++)
+            keys_dot(1, q + i * ldq, ldq, k + i * kstep, kstep, t,
+                     sc ? sc + i * sc_step : NULL, sc_step, d, s + i * lds,
+                     lds, pf + i * pf_step, pf_step);
 #undef KEYS_DOT
 #undef KEYS_DOT_D
 }
