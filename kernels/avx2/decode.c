@@ -20,6 +20,8 @@
 #include "avx2.h"
 #include "e4m3.h"
 
+#include "fetch_step.h"
+
 #define INLINE static inline __attribute__((always_inline))
 
 /* Rows fetched ahead of the one in use, into L2 rather than L1: rows
@@ -173,34 +175,6 @@ INLINE void dot_rows(int R, const float *q, ptrdiff_t ldq, const void *row,
  * chunks. */
 #define MK_KEYS_DOT 1
 
-/* The fetch ahead spread over a kernel's chunks (bytes [b0, b0 + bytes)
- * of a row, bytes a constant, b0 a multiple of it): the lines at offsets
- * 0, 64, ... of the run pf that start there, into L2, issued among the
- * loads of the row in use rather than as a burst before them. No loop and
- * at most a predictable test per chunk: a general loop over the lines
- * cost 20-25% with the cache in L3 (docs/benchmarks.md). Kept beside its
- * loops, always_inline (as prefetch_row). */
-INLINE void fetch_step(const char *pf, size_t b0, const size_t bytes)
-{
-    if (bytes >= 64)
-        for (size_t k = 0; k < bytes; k += 64)
-            _mm_prefetch(pf + b0 + k, _MM_HINT_T1);
-    else if ((b0 & 63) == 0)
-        _mm_prefetch(pf + b0, _MM_HINT_T1);
-}
-
-/* What fetch_step leaves of a run of row_bytes after the chunks ended at
- * byte b0: the lines starting past b0 and the last line (an unaligned
- * run's). */
-INLINE void fetch_rest(const char *pf, size_t b0, size_t row_bytes)
-{
-    if (row_bytes == 0)
-        return;
-    for (size_t o = (b0 + 63) & ~(size_t)63; o < row_bytes; o += 64)
-        _mm_prefetch(pf + o, _MM_HINT_T1);
-    _mm_prefetch(pf + row_bytes - 1, _MM_HINT_T1);
-}
-
 /* s[r * lds] = q row r (q + r * ldq) . key row k + r * kstep, times
  * sc[r * sc_step] when t is scaled, r < R <= MK_KEYS_DOT: each row against
  * its own key (the kv heads of a position), the chains and sums as
@@ -220,14 +194,14 @@ INLINE void keys_dot(const int R, const float *q, ptrdiff_t ldq,
     for (; c + 16 <= d; c += 16)
         for (int r = 0; r < R; r++) {
             const float *qr = q + r * ldq + c;
-            fetch_step(pf + r * pf_step, (size_t)c * es, 16 * es);
+            mk_fetch_step(pf + r * pf_step, (size_t)c * es, 16 * es);
             __m256 k0, k1;
             load16(k + r * kstep, t, c, &k0, &k1);
             a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(qr), k0, a[r][0]);
             a[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(qr + 8), k1, a[r][1]);
         }
     for (int r = 0; r < R; r++)
-        fetch_rest(pf + r * pf_step, (size_t)c * es, (size_t)d * es);
+        mk_fetch_rest(pf + r * pf_step, (size_t)c * es, (size_t)d * es);
     if (c + 8 <= d) {
         for (int r = 0; r < R; r++)
             a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * ldq + c),
@@ -293,7 +267,7 @@ INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
     int64_t c = 0;
     for (; c + 16 <= full; c += 16) {
         if (pf)
-            fetch_step(pf, (size_t)c * es, 16 * es);
+            mk_fetch_step(pf, (size_t)c * es, 16 * es);
         __m256 x0, x1;
         load16(rg, t, c, &x0, &x1);
         for (int64_t i = 0; i < R; i++) {
@@ -324,7 +298,7 @@ INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
         }
     }
     if (pf)
-        fetch_rest(pf, (size_t)c * es, (size_t)dv * es);
+        mk_fetch_rest(pf, (size_t)c * es, (size_t)dv * es);
 }
 
 /* fp32 spreads its fetch across heads (one query row per kv head): with

@@ -28,6 +28,8 @@
 #include "avx2/e4m3.h"
 #include "avx512.h"
 
+#include "fetch_step.h"
+
 #define INLINE static inline __attribute__((always_inline))
 
 /* The table whose decode slots this build defines: avx512, or avx512bf16
@@ -260,34 +262,6 @@ INLINE void dot_rows(const int R, const float *q, ptrdiff_t ldq,
         s[r * lds] = scaled_score(t, hsum16(a[r][0], a[r][1]), sc);
 }
 
-/* The fetch ahead spread over a kernel's chunks (bytes [b0, b0 + bytes)
- * of a row, bytes a constant, b0 a multiple of it): the lines at offsets
- * 0, 64, ... of the run pf that start there, into L2, issued among the
- * loads of the row in use rather than as a burst before them. No loop and
- * at most a predictable test per chunk: a general loop over the lines
- * cost 20-25% with the cache in L3 (docs/benchmarks.md). Kept beside its
- * loops, always_inline (as prefetch_row). */
-INLINE void fetch_step(const char *pf, size_t b0, const size_t bytes)
-{
-    if (bytes >= 64)
-        for (size_t k = 0; k < bytes; k += 64)
-            _mm_prefetch(pf + b0 + k, _MM_HINT_T1);
-    else if ((b0 & 63) == 0)
-        _mm_prefetch(pf + b0, _MM_HINT_T1);
-}
-
-/* What fetch_step leaves of a run of row_bytes after the chunks ended at
- * byte b0: the lines starting past b0 and the last line (an unaligned
- * run's). */
-INLINE void fetch_rest(const char *pf, size_t b0, size_t row_bytes)
-{
-    if (row_bytes == 0)
-        return;
-    for (size_t o = (b0 + 63) & ~(size_t)63; o < row_bytes; o += 64)
-        _mm_prefetch(pf + o, _MM_HINT_T1);
-    _mm_prefetch(pf + row_bytes - 1, _MM_HINT_T1);
-}
-
 /* s[r * lds] = q row r (q + r * ldq) . key row k + r * kstep, times
  * sc[r * sc_step] when t is scaled, r < R <= MK_KEYS_DOT: each row against
  * its own key (the kv heads of a position), the chains and sums as
@@ -308,7 +282,7 @@ INLINE void keys_dot(const int R, const float *q, ptrdiff_t ldq,
     if (t == MK_FP8_E4M3) /* 64 codes per lookup (dot_rows) */
         for (; c + 64 <= d; c += 64)
             for (int r = 0; r < R; r++) {
-                fetch_step(pf + r * pf_step, (size_t)c, 64);
+                mk_fetch_step(pf + r * pf_step, (size_t)c, 64);
                 __m512 k4[4];
                 e4m3_to_f32x4(
                     _mm512_loadu_si512((const int8_t *)(k + r * kstep) + c),
@@ -323,7 +297,7 @@ INLINE void keys_dot(const int R, const float *q, ptrdiff_t ldq,
         for (int r = 0; r < R; r++) {
             const float *qr = q + r * ldq + c;
             const char *kr = k + r * kstep;
-            fetch_step(pf + r * pf_step, (size_t)c * es, 32 * es);
+            mk_fetch_step(pf + r * pf_step, (size_t)c * es, 32 * es);
             a[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(qr),
                                       load16(kr, t, c, 1, 0), a[r][0]);
             a[r][1] = _mm512_fmadd_ps(_mm512_loadu_ps(qr + 16),
@@ -343,7 +317,7 @@ INLINE void keys_dot(const int R, const float *q, ptrdiff_t ldq,
         }
     }
     for (int r = 0; r < R; r++) {
-        fetch_rest(pf + r * pf_step, (size_t)c * es, (size_t)d * es);
+        mk_fetch_rest(pf + r * pf_step, (size_t)c * es, (size_t)d * es);
         s[r * lds] = scaled_score(t, hsum16(a[r][0], a[r][1]),
                                   sc ? sc[r * sc_step] : 1.0f);
     }
@@ -422,7 +396,7 @@ INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
     if (t == MK_FP8_E4M3) /* 64 codes per lookup (dot_rows) */
         for (; c + 64 <= full; c += 64) {
             if (pf)
-                fetch_step(pf, (size_t)c, 64);
+                mk_fetch_step(pf, (size_t)c, 64);
             __m512 x4[4];
             e4m3_to_f32x4(_mm512_loadu_si512((const int8_t *)rg + c), x4);
             for (int x = 0; x < 4; x++)
@@ -437,7 +411,7 @@ INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
 #endif
     for (; c < full; c += 16) {
         if (pf)
-            fetch_step(pf, (size_t)c * es, 16 * es);
+            mk_fetch_step(pf, (size_t)c * es, 16 * es);
         __m512 x = load16(rg, t, c, 1, 0);
         for (int64_t i = 0; i < R; i++) {
             float *oi = o + i * ldo + c;
@@ -456,7 +430,7 @@ INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
         }
     }
     if (pf)
-        fetch_rest(pf, (size_t)c * es, (size_t)dv * es);
+        mk_fetch_rest(pf, (size_t)c * es, (size_t)dv * es);
 }
 
 /* The across-heads loops fetch each kv head's row ahead into L2 (T0
