@@ -471,18 +471,24 @@ static void decode_pv_same(const same_ctx *cx, test_rng *r)
     free(sparse), free(sc);
 }
 
-/* Rows spanning kv heads (mk_heads): G = 5 kv heads of `group` query rows
+/* Rows spanning kv heads (mk_heads): G kv heads of `group` query rows
  * (with short, the last head's group one row short: the kernels' runtime
  * path; whole heads of 1, 2, 4 or 8 rows take their constant-group loops),
  * keys [n][G] at head stride hld (a [B, L, H, D] position with padding),
- * a scale per (key, head). Every score and output is bitwise the one of a
- * call per kv head. */
+ * a scale per (key, head). One row per kv head takes 11 heads: the
+ * kernels' several-heads-at-once dot (MK_KEYS_DOT heads, 8 on avx512)
+ * then a short group. With tight, nothing pads the heads, the query rows
+ * or the positions: the geometry of a [B, L, H, D] cache that the decode
+ * files give constant strides at d = 64 and 128 (keys_dot_n). Every score
+ * and output is bitwise the one of a call per kv head. */
 static void decode_heads_same(const same_ctx *cx, test_rng *r, int64_t group,
-                              int short_last)
+                              int short_last, int tight)
 {
-    const int64_t G = 5, m = G * group - (short_last ? 1 : 0), n = 70,
+    const int64_t G = group == 1 ? 11 : 5,
+                  m = G * group - (short_last ? 1 : 0), n = 70,
                   w = cx->width;
-    const ptrdiff_t hld = w + 2, ld = G * hld + 5, ldq = w + 1, ldo = w;
+    const ptrdiff_t hld = tight ? w : w + 2, ld = G * hld + (tight ? 0 : 5),
+                    ldq = tight ? w : w + 1, ldo = w;
     const size_t es = mk_dtype_size(cx->t), no = (size_t)(m * ldo);
     float *q = random_floats(r, (size_t)((m - 1) * ldq + w));
     float *sc = mk_dtype_scaled(cx->t) ? random_scales(r, cx->t, n * G, 1)
@@ -590,12 +596,21 @@ START_TEST(decode_deterministic)
                                (mk_dtype)t, widths[w]};
                 decode_qk_same(&cx, &r);
                 decode_pv_same(&cx, &r);
-                decode_heads_same(&cx, &r, 1, 0);
-                decode_heads_same(&cx, &r, 2, 0);
-                decode_heads_same(&cx, &r, 4, 0);
-                decode_heads_same(&cx, &r, 8, 0);
-                decode_heads_same(&cx, &r, 3, 1);
-                decode_heads_same(&cx, &r, 4, 1);
+                decode_heads_same(&cx, &r, 1, 0, 0);
+                decode_heads_same(&cx, &r, 2, 0, 0);
+                decode_heads_same(&cx, &r, 4, 0, 0);
+                decode_heads_same(&cx, &r, 8, 0, 0);
+                decode_heads_same(&cx, &r, 3, 1, 0);
+                decode_heads_same(&cx, &r, 4, 1, 0);
+            }
+    /* The constant-stride geometry of one row per kv head (d = 64, 128). */
+    static const int64_t tight[] = {64, 128};
+    for (int x = 0; x < ts.n; x++)
+        for (int t = MK_F32; t < MK_DTYPE_COUNT; t++)
+            for (size_t w = 0; w < sizeof tight / sizeof tight[0]; w++) {
+                same_ctx cx = {&ts.t[x], mha_isa_name(ts.isa[x]),
+                               (mk_dtype)t, tight[w]};
+                decode_heads_same(&cx, &r, 1, 0, 1);
             }
 }
 END_TEST
