@@ -32,7 +32,7 @@
 #ifndef MK_DECODE_HEADS_H
 #define MK_DECODE_HEADS_H
 
-/* The fetch ahead, MK_HEADS_AHEAD positions on, spread: each kv head's
+/* The fetch ahead, heads_ahead positions on, spread: each kv head's
  * row of the position ahead is fetched with the head's own work on the
  * current position (a line per chunk of it, in keys_dot_n and pv_rows;
  * before it in the grouped rows_dot loop), not the position's whole run
@@ -44,15 +44,28 @@
  * between cache blocks) and in a dense one alike, where it now beats the
  * hardware prefetchers alone for every dtype (1T, Zen 5: paged fp32
  * 1.45x, dense fp16 [B, L, H, D] 1.23-1.29x; docs/benchmarks.md). Returns
- * the run MK_HEADS_AHEAD positions on from j, or NULL past what the call
- * may read (reach = n + more). */
+ * the run `ahead` positions on from j, or NULL past what the call may
+ * read (reach = n + more). */
 INLINE const char *fetch_ahead(const void *base, ptrdiff_t ld,
                                const void *const *rows, size_t es, int64_t j,
-                               int64_t reach)
+                               int64_t reach, int64_t ahead)
 {
-    if (j + MK_HEADS_AHEAD >= reach)
+    if (j + ahead >= reach)
         return NULL;
-    return mk_decode_row(base, ld, rows, es, j + MK_HEADS_AHEAD);
+    return mk_decode_row(base, ld, rows, es, j + ahead);
+}
+
+/* How many positions ahead a block of m rows fetches: MK_HEADS_AHEAD_BYTES
+ * of its runs of kv heads (hb bytes apart), at least 1 and at most
+ * MK_HEADS_AHEAD (what the engine lets a call reach). 8 positions of 8 kv
+ * heads of fp32 (or 32 heads of 8-bit codes) are 32 KiB; 8 positions of
+ * 32 fp32 heads were 128 KiB, and fetched that far ahead [B, L, H, D] fp32
+ * read 0.92x, 16-bit 0.97x (1T, Zen 5, docs/benchmarks.md). */
+INLINE int64_t heads_ahead(int64_t m, int64_t group, size_t hb)
+{
+    const int64_t run = (m + group - 1) / group * (int64_t)hb;
+    const int64_t a = run > 0 ? MK_HEADS_AHEAD_BYTES / run : MK_HEADS_AHEAD;
+    return a < 1 ? 1 : a > MK_HEADS_AHEAD ? MK_HEADS_AHEAD : a;
 }
 
 INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
@@ -65,10 +78,11 @@ INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
     const size_t es = mk_dtype_size(t);
     const int64_t group = G > 0 ? G : h->group;
     const size_t hb = (size_t)h->ld * es;
+    const int64_t dist = heads_ahead(m, group, hb);
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(k, ldk, k_rows, es, j);
         const char *ahead =
-            fetch_ahead(k, ldk, k_rows, es, j, n + h->more);
+            fetch_ahead(k, ldk, k_rows, es, j, n + h->more, dist);
         const float *sj = mk_dtype_scaled(t) ? ks + j * ks_ld : NULL;
         if (G == 1 && spread_fetch(t)) { /* MK_KEYS_DOT heads at once */
             for (int64_t i = 0; i < m; i += MK_KEYS_DOT)
@@ -107,10 +121,11 @@ INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
     const size_t es = mk_dtype_size(t);
     const int64_t group = G > 0 ? G : h->group;
     const size_t hb = (size_t)h->ld * es;
+    const int64_t dist = heads_ahead(m, group, hb);
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(v, ldv, v_rows, es, j);
         const char *ahead =
-            fetch_ahead(v, ldv, v_rows, es, j, n + h->more);
+            fetch_ahead(v, ldv, v_rows, es, j, n + h->more, dist);
         for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += group) {
             /* One row per kv head: the fetch spread over pv_rows's
              * chunks; grouped rows: the run before them (spread, the

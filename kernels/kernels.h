@@ -256,13 +256,16 @@ typedef void mk_decode_pv_fn(const float *p, ptrdiff_t ldp, int64_t m,
                              const float *alpha, float *o, ptrdiff_t ldo,
                              const mk_heads *heads);
 
-/* Across kv heads: positions whose run of heads a kernel fetches ahead
- * (through a row table, for the jumps between cache blocks; in a dense
- * cache for short runs, kernels/decode_heads.h), and how many keys past a
+/* Across kv heads: the most positions whose run of heads a kernel fetches
+ * ahead (through a row table, for the jumps between cache blocks; in a
+ * dense cache too, kernels/decode_heads.h), and how many keys past a
  * call's the engine lets it reach (mk_heads.more). 16 with the fetch
  * restarting at each call; 8 once it runs on across calls (4, 8 and 16
- * measured: docs/benchmarks.md). */
+ * measured: docs/benchmarks.md). Fewer when the runs are long: the fetch
+ * reaches MK_HEADS_AHEAD_BYTES of runs ahead (8 runs of 4 KiB; 2 of
+ * 32 fp32 heads at d = 128). */
 #define MK_HEADS_AHEAD 8
+#define MK_HEADS_AHEAD_BYTES 32768
 
 /* CALL(G) with a decode block's rows per kv head as a constant for the
  * common groups (1, 2, 4, 8) when its m rows are whole kv heads, CALL(0)
