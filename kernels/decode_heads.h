@@ -11,9 +11,10 @@
  * The including file defines, as static always-inline functions:
  *   rows_dot(q, ldq, m, row, t, sc, d, s, lds)
  *       s[i * lds] = q row i . key row (times sc when t is scaled), i < m
- *   keys_dot_n(r, q, ldq, k, kstep, t, sc, sc_step, d, s, lds, pf, pf_step)
- *       the same for r <= MK_KEYS_DOT rows each with its own key row
- *       (k + i * kstep: one query row per kv head), fetching the runs
+ *   keys_dot(R, q, ldq, k, kstep, t, sc, sc_step, d, s, lds, pf, pf_step)
+ *       s[i * lds] = q row i . its own key row k + i * kstep (one query
+ *       row per kv head; times sc[i * sc_step] when t is scaled), i < R
+ *       (a constant, at most MK_KEYS_DOT), fetching the runs
  *       pf + i * pf_step as it goes
  *   pv_rows(R, pk, row, t, dv, o, ldo, pf)
  *       o rows i < R += pk[i] times the value row, one FMA per element,
@@ -26,7 +27,7 @@
  *       whether one query row per kv head takes keys_dot_n and the fetch
  *       spread over pv_rows's chunks (else rows_dot per head and the run
  *       fetched before each head's work, as grouped rows always are)
- * and INLINE. A kernel with nothing to fetch is given the row in use as
+ * and INLINE and MK_KEYS_DOT (the rows keys_dot takes at once). A kernel with nothing to fetch is given the row in use as
  * its run (its lines are in flight already), so the fetch has no test.
  */
 #ifndef MK_DECODE_HEADS_H
@@ -66,6 +67,41 @@ INLINE int64_t heads_ahead(int64_t m, int64_t group, size_t hb)
     const int64_t run = (m + group - 1) / group * (int64_t)hb;
     const int64_t a = run > 0 ? MK_HEADS_AHEAD_BYTES / run : MK_HEADS_AHEAD;
     return a < 1 ? 1 : a > MK_HEADS_AHEAD ? MK_HEADS_AHEAD : a;
+}
+
+/* keys_dot for r <= MK_KEYS_DOT rows; with the common geometry (d = 64
+ * or 128, the rows' queries, keys and fetched runs adjacent: a [B, L, H,
+ * D] position) the strides constants too, so every row's address is one
+ * base register and a displacement: the strides as values kept 3
+ * pointers per row live and spilled them (avx512, 8 rows: 0.88x with the
+ * cache in L3; avx2, 1 row: fp32 from DRAM 1.05x with them;
+ * docs/benchmarks.md). A group short of MK_KEYS_DOT heads (32, 16 or 64
+ * heads have none) goes row by row: the same bits, and a copy of the
+ * loops for each short count would only slow the sanitizer and fuzzing
+ * builds. */
+INLINE void keys_dot_n(int64_t r, const float *q, ptrdiff_t ldq,
+                       const char *k, ptrdiff_t kstep, mk_dtype t,
+                       const float *sc, ptrdiff_t sc_step, int64_t d,
+                       float *s, ptrdiff_t lds, const char *pf,
+                       ptrdiff_t pf_step)
+{
+    const ptrdiff_t es = (ptrdiff_t)mk_dtype_size(t);
+    if (MK_KEYS_DOT == 1 || r == MK_KEYS_DOT) {
+        if (d == 128 && ldq == 128 && kstep == 128 * es && pf_step == kstep)
+            keys_dot(MK_KEYS_DOT, q, 128, k, 128 * es, t, sc, sc_step, 128,
+                     s, lds, pf, 128 * es);
+        else if (d == 64 && ldq == 64 && kstep == 64 * es &&
+                 pf_step == kstep)
+            keys_dot(MK_KEYS_DOT, q, 64, k, 64 * es, t, sc, sc_step, 64, s,
+                     lds, pf, 64 * es);
+        else
+            keys_dot(MK_KEYS_DOT, q, ldq, k, kstep, t, sc, sc_step, d, s,
+                     lds, pf, pf_step);
+    } else
+        for (int64_t i = 0; i < r; i++)
+            keys_dot(1, q + i * ldq, ldq, k + i * kstep, kstep, t,
+                     sc ? sc + i * sc_step : NULL, sc_step, d, s + i * lds,
+                     lds, pf + i * pf_step, pf_step);
 }
 
 INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,

@@ -218,28 +218,6 @@ INLINE void keys_dot(const int R, const float *q, ptrdiff_t ldq,
                                   sc ? sc[r * sc_step] : 1.0f);
 }
 
-/* keys_dot for r <= MK_KEYS_DOT rows; with the common geometry (d = 64
- * or 128, the rows' queries, keys and fetched runs adjacent: a [B, L, H,
- * D] position) the strides constants too (fp32 from DRAM 1.05x with them,
- * docs/benchmarks.md). */
-INLINE void keys_dot_n(int64_t r, const float *q, ptrdiff_t ldq,
-                       const char *k, ptrdiff_t kstep, mk_dtype t,
-                       const float *sc, ptrdiff_t sc_step, int64_t d,
-                       float *s, ptrdiff_t lds, const char *pf,
-                       ptrdiff_t pf_step)
-{
-    const ptrdiff_t es = (ptrdiff_t)mk_dtype_size(t);
-    (void)r;
-    if (d == 128 && ldq == 128 && kstep == 128 * es && pf_step == kstep)
-        keys_dot(1, q, 128, k, 128 * es, t, sc, sc_step, 128, s, lds, pf,
-                 128 * es);
-    else if (d == 64 && ldq == 64 && kstep == 64 * es && pf_step == kstep)
-        keys_dot(1, q, 64, k, 64 * es, t, sc, sc_step, 64, s, lds, pf,
-                 64 * es);
-    else
-        keys_dot(1, q, ldq, k, kstep, t, sc, sc_step, d, s, lds, pf, pf_step);
-}
-
 /* s[i * lds] = q row i . key row, i < m (any m), 4 rows at a time. */
 INLINE void rows_dot(const float *q, ptrdiff_t ldq, int64_t m,
                      const void *row, mk_dtype t, float sc, int64_t d,

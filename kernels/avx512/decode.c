@@ -323,47 +323,6 @@ INLINE void keys_dot(const int R, const float *q, ptrdiff_t ldq,
     }
 }
 
-/* keys_dot for r <= MK_KEYS_DOT rows; with the common
- * geometry (d = 64 or 128, the rows' queries, keys and fetched runs
- * adjacent: a [B, L, H, D] position) the strides constants too, so every
- * row's address is one base register and a displacement: the strides as
- * values kept 3 pointers per row live and spilled them (0.88x with the
- * cache in L3, docs/benchmarks.md). */
-INLINE void keys_dot_n(int64_t r, const float *q, ptrdiff_t ldq,
-                       const char *k, ptrdiff_t kstep, mk_dtype t,
-                       const float *sc, ptrdiff_t sc_step, int64_t d,
-                       float *s, ptrdiff_t lds, const char *pf,
-                       ptrdiff_t pf_step)
-{
-    const ptrdiff_t es = (ptrdiff_t)mk_dtype_size(t);
-#define KEYS_DOT_D(R, D)                                                  \
-    keys_dot(R, q, D, k, D * es, t, sc, sc_step, D, s, lds, pf, D * es)
-#define KEYS_DOT(R)                                                       \
-    do {                                                                  \
-        if (d == 128 && ldq == 128 && kstep == 128 * es &&                \
-            pf_step == kstep)                                             \
-            KEYS_DOT_D(R, 128);                                           \
-        else if (d == 64 && ldq == 64 && kstep == 64 * es &&              \
-                 pf_step == kstep)                                        \
-            KEYS_DOT_D(R, 64);                                            \
-        else                                                              \
-            keys_dot(R, q, ldq, k, kstep, t, sc, sc_step, d, s, lds, pf,  \
-                     pf_step);                                            \
-    } while (0)
-    /* A group short of 8 heads (32, 16 or 64 heads have none) row by row:
-     * the same bits, and a copy of the loops for each short count would
-     * only slow the sanitizer and fuzzing builds. */
-    if (r == MK_KEYS_DOT)
-        KEYS_DOT(MK_KEYS_DOT);
-    else
-        for (int64_t i = 0; i < r; i++)
-            keys_dot(1, q + i * ldq, ldq, k + i * kstep, kstep, t,
-                     sc ? sc + i * sc_step : NULL, sc_step, d, s + i * lds,
-                     lds, pf + i * pf_step, pf_step);
-#undef KEYS_DOT
-#undef KEYS_DOT_D
-}
-
 /* s[r * lds] = q row r . key row, r < m <= MK_DECODE_ROWS: every row
  * against the key at once. */
 INLINE void rows_dot(const float *q, ptrdiff_t ldq, int64_t m,
