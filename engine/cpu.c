@@ -2,6 +2,9 @@
  * Compiled without ISA flags. */
 #include "engine.h"
 
+#include <stdatomic.h>
+#include <unistd.h>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 
@@ -120,3 +123,21 @@ int mha_cpu_detect_avx512_bf16(void) { return detect_avx512_bf16(); }
 int mha_cpu_detect_neon(void) { return detect_neon(); }
 int mha_cpu_detect_neon_bf16(void) { return detect_neon_bf16(); }
 int mha_cpu_detect_neon_fhm(void) { return detect_neon_fhm(); }
+
+/* The L1 data cache's bytes as the C library reports them (from CPUID on
+ * x86), 32 KiB when it does not (the smallest of the CPUs these tables
+ * run on); cached: every thread computes the same answer. */
+int64_t mha_cpu_l1d_bytes(void)
+{
+    static atomic_llong bytes;
+    long long b = atomic_load_explicit(&bytes, memory_order_relaxed);
+    if (b == 0) {
+        long v = -1;
+#ifdef _SC_LEVEL1_DCACHE_SIZE
+        v = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+#endif
+        b = v >= 16384 && v <= (1L << 22) ? v : 32768;
+        atomic_store_explicit(&bytes, b, memory_order_relaxed);
+    }
+    return (int64_t)b;
+}

@@ -27,6 +27,8 @@ int mha_cpu_detect_avx512_bf16(void);
 int mha_cpu_detect_neon(void);
 int mha_cpu_detect_neon_bf16(void);
 int mha_cpu_detect_neon_fhm(void);
+/* cpu.c: the L1 data cache's size in bytes (cached; 32 KiB if unknown). */
+int64_t mha_cpu_l1d_bytes(void);
 
 /* isa.c: the filled table of an ISA, or an error status (with message)
  * when the build or the CPU lacks it. isa may be MHA_ISA_AUTO. Tests and

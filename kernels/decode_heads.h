@@ -56,16 +56,20 @@ INLINE const char *fetch_ahead(const void *base, ptrdiff_t ld,
     return mk_decode_row(base, ld, rows, es, j + ahead);
 }
 
-/* How many positions ahead a block of m rows fetches: MK_HEADS_AHEAD_BYTES
- * of its runs of kv heads (hb bytes apart), at least 1 and at most
- * MK_HEADS_AHEAD (what the engine lets a call reach). 8 positions of 8 kv
- * heads of fp32 (or 32 heads of 8-bit codes) are 32 KiB; 8 positions of
- * 32 fp32 heads were 128 KiB, and fetched that far ahead [B, L, H, D] fp32
- * read 0.92x, 16-bit 0.97x (1T, Zen 5, docs/benchmarks.md). */
-INLINE int64_t heads_ahead(int64_t m, int64_t group, size_t hb)
+/* How many positions ahead a block of m rows fetches: h->ahead_bytes
+ * (MK_HEADS_AHEAD_BYTES when 0) of its runs of kv heads (hb bytes apart),
+ * at least 1 and at most MK_HEADS_AHEAD (what the engine lets a call
+ * reach). 8 positions of 8 kv heads of fp32 (or 32 heads of 8-bit codes)
+ * are 32 KiB; 8 positions of 32 fp32 heads were 128 KiB, and fetched that
+ * far ahead [B, L, H, D] fp32 read 0.92x, 16-bit 0.97x (1T, Zen 5,
+ * docs/benchmarks.md). */
+INLINE int64_t heads_ahead(int64_t m, int64_t group, size_t hb,
+                           const mk_heads *h)
 {
     const int64_t run = (m + group - 1) / group * (int64_t)hb;
-    const int64_t a = run > 0 ? MK_HEADS_AHEAD_BYTES / run : MK_HEADS_AHEAD;
+    const int64_t bytes =
+        h->ahead_bytes > 0 ? h->ahead_bytes : MK_HEADS_AHEAD_BYTES;
+    const int64_t a = run > 0 ? bytes / run : MK_HEADS_AHEAD;
     return a < 1 ? 1 : a > MK_HEADS_AHEAD ? MK_HEADS_AHEAD : a;
 }
 
@@ -114,7 +118,7 @@ INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
     const size_t es = mk_dtype_size(t);
     const int64_t group = G > 0 ? G : h->group;
     const size_t hb = (size_t)h->ld * es;
-    const int64_t dist = heads_ahead(m, group, hb);
+    const int64_t dist = heads_ahead(m, group, hb, h);
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(k, ldk, k_rows, es, j);
         const char *ahead =
@@ -157,7 +161,7 @@ INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
     const size_t es = mk_dtype_size(t);
     const int64_t group = G > 0 ? G : h->group;
     const size_t hb = (size_t)h->ld * es;
-    const int64_t dist = heads_ahead(m, group, hb);
+    const int64_t dist = heads_ahead(m, group, hb, h);
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(v, ldv, v_rows, es, j);
         const char *ahead =

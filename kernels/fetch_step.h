@@ -9,19 +9,26 @@
 
 #include <stddef.h>
 
+/* The cache level the including file fetches into, as
+ * __builtin_prefetch's locality: 2 (L2, T1) unless it says 3 (L1, T0). */
+#ifndef MK_FETCH_LOCALITY
+#define MK_FETCH_LOCALITY 2
+#endif
+
 /* Bytes [b0, b0 + bytes) of a row (bytes a constant, b0 a multiple of
  * it): the lines at offsets 0, 64, ... of the run pf that start there,
- * into L2, issued among the loads of the row in use rather than as a
- * burst before them. No loop and at most a predictable test per chunk: a
- * general loop over the lines cost 20-25% with the cache in L3. */
+ * into L2 (or L1: MK_FETCH_LOCALITY), issued among the loads of the row
+ * in use rather than as a burst before them. No loop and at most a
+ * predictable test per chunk: a general loop over the lines cost 20-25%
+ * with the cache in L3. */
 static inline __attribute__((always_inline)) void
 mk_fetch_step(const char *pf, size_t b0, const size_t bytes)
 {
     if (bytes >= 64)
         for (size_t k = 0; k < bytes; k += 64)
-            __builtin_prefetch(pf + b0 + k, 0, 2);
+            __builtin_prefetch(pf + b0 + k, 0, MK_FETCH_LOCALITY);
     else if ((b0 & 63) == 0)
-        __builtin_prefetch(pf + b0, 0, 2);
+        __builtin_prefetch(pf + b0, 0, MK_FETCH_LOCALITY);
 }
 
 /* What mk_fetch_step leaves of a run of row_bytes after the chunks ended
@@ -33,8 +40,8 @@ mk_fetch_rest(const char *pf, size_t b0, size_t row_bytes)
     if (row_bytes == 0)
         return;
     for (size_t o = (b0 + 63) & ~(size_t)63; o < row_bytes; o += 64)
-        __builtin_prefetch(pf + o, 0, 2);
-    __builtin_prefetch(pf + row_bytes - 1, 0, 2);
+        __builtin_prefetch(pf + o, 0, MK_FETCH_LOCALITY);
+    __builtin_prefetch(pf + row_bytes - 1, 0, MK_FETCH_LOCALITY);
 }
 
 #endif

@@ -238,11 +238,14 @@ typedef void mk_normalize_fn(const float *o, ptrdiff_t ldo, int64_t m,
  * (row table entries, or rows at the stride) are the rows the caller
  * reads next: a kernel may prefetch them (never read them), so the fetch
  * ahead runs on across calls instead of restarting at each call's first
- * rows. */
+ * rows. `ahead_bytes` bounds how far ahead of the row in use that fetch
+ * reaches, in bytes of the rows' runs (0: MK_HEADS_AHEAD_BYTES): the
+ * engine sets it from the CPU's L1 size, as a kernel may fetch into L1. */
 typedef struct {
     int64_t group;
     ptrdiff_t ld, scale_ld;
     int64_t more;
+    int64_t ahead_bytes;
 } mk_heads;
 typedef void mk_decode_qk_fn(const float *q, ptrdiff_t ldq, int64_t m,
                              const void *k, mk_dtype kt, ptrdiff_t ldk,
@@ -262,8 +265,8 @@ typedef void mk_decode_pv_fn(const float *p, ptrdiff_t ldp, int64_t m,
  * call's the engine lets it reach (mk_heads.more). 16 with the fetch
  * restarting at each call; 8 once it runs on across calls (4, 8 and 16
  * measured: docs/benchmarks.md). Fewer when the runs are long: the fetch
- * reaches MK_HEADS_AHEAD_BYTES of runs ahead (8 runs of 4 KiB; 2 of
- * 32 fp32 heads at d = 128). */
+ * reaches mk_heads.ahead_bytes of runs ahead, at most MK_HEADS_AHEAD_BYTES
+ * (8 runs of 4 KiB; 2 of 32 fp32 heads at d = 128). */
 #define MK_HEADS_AHEAD 8
 #define MK_HEADS_AHEAD_BYTES 32768
 

@@ -501,7 +501,7 @@ static void decode_heads_same(const same_ctx *cx, test_rng *r, int64_t group,
     float *s_one = test_alloc((size_t)(m * n) * sizeof *s_one);
     float *o_all = test_alloc(no * sizeof *o_all);
     float *o_one = test_alloc(no * sizeof *o_one);
-    mk_heads h = {group, hld, 1, 0};
+    mk_heads h = {group, hld, 1, 0, 0};
     cx->tb->decode_qk(q, ldq, m, kv, cx->t, ld, NULL, sc, G, n, w, s_all, n,
                       &h);
     memcpy(o_all, o0, no * sizeof *o0);
@@ -549,6 +549,7 @@ static void decode_heads_same(const same_ctx *cx, test_rng *r, int64_t group,
     for (int64_t j = 0; j < MORE; j++)
         tab[n + j] = junk + (size_t)(j * ld) * es;
     h.more = MORE;
+    h.ahead_bytes = 1; /* the fetch a position ahead: hints only */
     cx->tb->decode_qk(q, ldq, m, NULL, cx->t, 0, tab, tsc, G, n, w, s_all, n,
                       &h);
     memcpy(o_all, o0, no * sizeof *o0);

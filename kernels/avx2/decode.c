@@ -20,6 +20,11 @@
 #include "avx2.h"
 #include "e4m3.h"
 
+/* The spread fetch (fp32 across kv heads only, spread_fetch) into L1:
+ * with the engine's distance (two thirds of L1, mk_heads.ahead_bytes)
+ * [B, L, H, D] fp32 (1,32,1,4096,128) read 1.10x, paged 1.07x, B8 0.99x
+ * over L2 (Zen 5, docs/benchmarks.md). */
+#define MK_FETCH_LOCALITY 3
 #include "fetch_step.h"
 
 #define INLINE static inline __attribute__((always_inline))
