@@ -337,12 +337,13 @@ static float sm_exp2(float *s, int64_t n, MK_V a, MK_V negb, MK_V k,
  * B) - mx q, its first term exact by an FMA. k = 2^-c by two terms of its
  * series past 1 (|c| < 2^-10 below the bound, so the next is under
  * 2^-33). sm_exp2_args returns 0 for rows past |mx| = 4096 or a
- * multiplier too small for a normal A and q: those take sm_exp. */
+ * multiplier too small for a normal A and q, or so large that A = a L
+ * overflows (a scale near FLT_MAX over tiny scores): those take sm_exp. */
 static inline int sm_exp2_args(const sm_base2 *b2, float mx, float *negb,
                                float *k)
 {
 #if MK_V_EXP2
-    if (!(fabsf(mx) <= 4096.0f && b2->a >= 0x1p-60f))
+    if (!(fabsf(mx) <= 4096.0f && b2->a >= 0x1p-60f && b2->a <= 0x1p120f))
         return 0;
     const float L = 1.44269504f, B = mx * L;
     const float c = fmaf(mx, L, -B) - mx * b2->q;
