@@ -489,10 +489,15 @@ static mha_status layer_prepare(const mha_layer *layer,
         return st;
 
     int64_t d = w / h;
-    /* Placeholder pointers: the plan reads shapes and strides only. */
-    const mha_tensor hq = view(query, dt, batch, lq, h, d),
-                     hk = view(query, dt, batch, lk, h, d),
-                     ho = view(out, dt, batch, lq, h, d);
+    /* The attention runs on the layer's projection buffers (packed, from
+     * mha_alloc: 64-byte aligned), set in mha_layer_forward_ex; the plan
+     * sees a placeholder of that alignment, not the caller's query: a bf16
+     * query one element off 4 bytes planned the attention off its native
+     * bf16 slots (half_native) while reading the aligned buffers. */
+    static const _Alignas(64) float aligned_placeholder[1];
+    const mha_tensor hq = view(aligned_placeholder, dt, batch, lq, h, d),
+                     hk = view(aligned_placeholder, dt, batch, lk, h, d),
+                     ho = view(aligned_placeholder, dt, batch, lq, h, d);
     mha_problem_init(&c->p, &hq, &hk, &hk, &ho, &m, 0.0f,
                      c->average ? out : args->weights);
     c->p.terms = terms;

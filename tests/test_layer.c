@@ -40,6 +40,25 @@ static const layer_case CASES[] = {
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 
+/* A case's input widths and element counts (inputs, out, weights). */
+typedef struct {
+    int64_t e, kdim, vdim;
+    size_t nq, nk, nv, n_out, n_w;
+} case_sizes;
+
+static case_sizes sizes_of(const layer_case *c)
+{
+    case_sizes z;
+    z.e = c->e;
+    z.kdim = c->kdim ? c->kdim : c->e;
+    z.vdim = c->vdim ? c->vdim : c->e;
+    z.nq = z.n_out = (size_t)(c->b * c->lq * c->e);
+    z.nk = (size_t)(c->b * c->lk * z.kdim);
+    z.nv = (size_t)(c->b * c->lk * z.vdim);
+    z.n_w = (size_t)(c->b * c->h * c->lq * c->lk);
+    return z;
+}
+
 /* nn.Linear-like weights: uniform in [-1/sqrt(in), 1/sqrt(in)). */
 static float *linear_weights(test_rng *r, int64_t out, int64_t in)
 {
@@ -434,14 +453,11 @@ START_TEST(layer_bf16_vs_oracle)
     const layer_case *c = &CASES[_i];
     layer_problem p;
     make_problem(c, 900 + (uint64_t)_i, &p);
-    const int64_t E = c->e;
-    const int64_t kdim = c->kdim ? c->kdim : E, vdim = c->vdim ? c->vdim : E;
+    const case_sizes z = sizes_of(c);
+    const int64_t E = z.e, kdim = z.kdim, vdim = z.vdim;
     const mha_mask *mask = c->mask ? &p.mask : NULL;
-    const size_t n_out = (size_t)(c->b * c->lq * E);
-    const size_t n_w = (size_t)(c->b * c->h * c->lq * c->lk);
-    const size_t nq = (size_t)(c->b * c->lq * E);
-    const size_t nk = (size_t)(c->b * c->lk * kdim);
-    const size_t nv = (size_t)(c->b * c->lk * vdim);
+    const size_t n_out = z.n_out, n_w = z.n_w, nq = z.nq, nk = z.nk,
+                 nv = z.nv;
 
     /* The oracle's desc: the weights' and biases' bf16 values. */
     size_t n[6] = {(size_t)((c->packed ? 3 * E : E) * E),
@@ -534,6 +550,171 @@ START_TEST(layer_bf16_vs_oracle)
 }
 END_TEST
 
+/* ---- strided rows -------------------------------------------------- *
+ * mha_layer_forward_ex with every buffer's rows strided: an odd row
+ * stride, a batch gap and the first row one element in (for a bf16 layer
+ * on a table whose bf16 products read code pairs, rows at an odd stride
+ * or a 2-byte-aligned address are copied into pairs first; no other case
+ * reaches that copy). The padding holds NaN, so a read of it shows; the
+ * output must equal the packed call's bit for bit (the same projections,
+ * only their rows' addresses differ) and leave out's padding alone. */
+typedef struct {
+    int64_t ss, sb, off; /* in elements */
+} strided;
+
+static strided strided_for(int64_t w, int64_t rows, int64_t off)
+{
+    strided g;
+    g.ss = w % 2 == 0 ? w + 1 : w + 2;
+    g.sb = rows * g.ss + 3;
+    g.off = off;
+    return g;
+}
+
+/* The packed [B, L, w] rows of x (es-byte elements) laid out as g, every
+ * other element fill. */
+static void *lay_out(const void *x, size_t es, int64_t B, int64_t L,
+                     int64_t w, strided g, uint16_t fill16, float fill32,
+                     size_t *n_out)
+{
+    size_t n = (size_t)(g.off + B * g.sb);
+    char *buf = test_alloc(n * es);
+    for (size_t i = 0; i < n; i++) {
+        if (es == 2)
+            memcpy(buf + i * es, &fill16, 2);
+        else
+            memcpy(buf + i * es, &fill32, 4);
+    }
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t r = 0; r < L; r++)
+            memcpy(buf + (size_t)(g.off + b * g.sb + r * g.ss) * es,
+                   (const char *)x + (size_t)((b * L + r) * w) * es,
+                   (size_t)w * es);
+    if (n_out)
+        *n_out = n;
+    return buf;
+}
+
+static const int STRIDED_CASES[] = {0, 3, 5};
+
+/* The layer of desc d on a 2-thread engine of isa (*e, to destroy after
+ * the layer). */
+static mha_layer *layer_on(mha_isa isa, const mha_layer_desc *d,
+                           const char *name, mha_engine **e)
+{
+    mha_layer *l = NULL;
+    *e = make_engine(isa, 2);
+    ck_assert_msg(mha_layer_create(*e, d, &l) == MHA_OK,
+                  "%s [%s]: layer_create: %s", name, mha_isa_name(isa),
+                  mha_last_error());
+    return l;
+}
+
+START_TEST(layer_strided_rows)
+{
+    const layer_case *c = &CASES[STRIDED_CASES[_i / 2]];
+    const int bf16 = _i % 2;
+    const size_t es = bf16 ? 2 : 4;
+    layer_problem p;
+    make_problem(c, 1300 + (uint64_t)_i, &p);
+    const case_sizes z = sizes_of(c);
+    const int64_t E = z.e, kdim = z.kdim, vdim = z.vdim;
+    const mha_mask *mask = c->mask ? &p.mask : NULL;
+    /* The packed inputs in the layer's dtype. */
+    void *q = p.query, *k = p.key, *v = p.value;
+    if (bf16) {
+        q = test_alloc(z.nq * 2);
+        mha_f32_to_bf16(p.query, z.nq, q);
+        if (c->self) {
+            k = v = q;
+        } else {
+            k = test_alloc(z.nk * 2);
+            v = test_alloc(z.nv * 2);
+            mha_f32_to_bf16(p.key, z.nk, k);
+            mha_f32_to_bf16(p.value, z.nv, v);
+        }
+    }
+    const uint16_t nan16 = 0x7FC1u;
+    const float nan32 = NAN;
+    strided gq = strided_for(E, c->lq, 1), gk = strided_for(kdim, c->lk, 1),
+            gv = strided_for(vdim, c->lk, 1),
+            go = strided_for(E + 2, c->lq, 2);
+    void *sq = lay_out(q, es, c->b, c->lq, E, gq, nan16, nan32, NULL);
+    void *sk = c->self ? sq
+                       : lay_out(k, es, c->b, c->lk, kdim, gk, nan16, nan32,
+                                 NULL);
+    void *sv = c->self ? sq
+                       : lay_out(v, es, c->b, c->lk, vdim, gv, nan16, nan32,
+                                 NULL);
+    if (c->self)
+        gk = gv = gq;
+    const size_t n_so = (size_t)(go.off + c->b * go.sb);
+    char *ref = test_alloc(z.n_out * es), *so = test_alloc(n_so * es);
+    char *fresh = test_alloc(n_so * es);
+    mha_layer_desc d = p.desc;
+    d.dtype = bf16 ? MHA_BF16 : MHA_F32;
+    mha_isa isas[TEST_MAX_ISAS];
+    int n_isa = available_isas(isas);
+    for (int t = 0; t < n_isa; t++) {
+        const char *isa = mha_isa_name(isas[t]);
+        mha_engine *e;
+        mha_layer *l = layer_on(isas[t], &d, c->name, &e);
+        mha_layer_args a = {.query = q, .key = k, .value = v, .out = ref,
+                            .batch = c->b, .lq = c->lq, .lk = c->lk,
+                            .mask = mask};
+        ck_assert_msg(mha_layer_forward_ex(l, &a) == MHA_OK,
+                      "%s [%s]: packed forward: %s", c->name, isa,
+                      mha_last_error());
+        for (size_t x = 0; x < n_so; x++) {
+            if (es == 2)
+                memcpy(so + x * es, &nan16, 2);
+            else
+                memcpy(so + x * es, &nan32, 4);
+        }
+        memcpy(fresh, so, n_so * es);
+        a = (mha_layer_args){
+            .query = (char *)sq + gq.off * es,
+            .key = (char *)sk + gk.off * es,
+            .value = (char *)sv + gv.off * es,
+            .out = so + go.off * es, .batch = c->b, .lq = c->lq,
+            .lk = c->lk, .mask = mask,
+            .query_stride_batch = gq.sb, .query_stride_seq = gq.ss,
+            .key_stride_batch = gk.sb, .key_stride_seq = gk.ss,
+            .value_stride_batch = gv.sb, .value_stride_seq = gv.ss,
+            .out_stride_batch = go.sb, .out_stride_seq = go.ss};
+        ck_assert_msg(mha_layer_forward_ex(l, &a) == MHA_OK,
+                      "%s [%s]: strided forward: %s", c->name, isa,
+                      mha_last_error());
+        /* Row by row: the packed call's bits; elsewhere untouched. */
+        for (int64_t b = 0; b < c->b; b++)
+            for (int64_t r = 0; r < c->lq; r++) {
+                size_t at = (size_t)(go.off + b * go.sb + r * go.ss);
+                ck_assert_msg(memcmp(so + at * es,
+                                     ref + (size_t)((b * c->lq + r) * E) * es,
+                                     (size_t)E * es) == 0,
+                              "%s [%s] %s: strided out row (%lld, %lld) "
+                              "differs from the packed call's",
+                              c->name, isa, bf16 ? "bf16" : "fp32",
+                              (long long)b, (long long)r);
+                memcpy(fresh + at * es, so + at * es, (size_t)E * es);
+            }
+        ck_assert_msg(memcmp(fresh, so, n_so * es) == 0,
+                      "%s [%s]: wrote out's padding", c->name, isa);
+        mha_layer_destroy(l);
+        mha_engine_destroy(e);
+    }
+    if (bf16) {
+        free(q);
+        if (!c->self)
+            free(k), free(v);
+    }
+    if (!c->self)
+        free(sk), free(sv);
+    free(sq), free(ref), free(so), free(fresh);
+    free_problem(&p);
+}
+END_TEST
+
 /* Only fp32 and bf16 layers, and no bf16 shard. */
 START_TEST(layer_dtype_refused)
 {
@@ -573,6 +754,8 @@ Suite *suite_layer(void)
     tcase_add_test(tc, worked_padding_mask);
     tcase_add_loop_test(tc, layer_bf16_vs_oracle, 0, N_CASES);
     tcase_add_test(tc, layer_dtype_refused);
+    tcase_add_loop_test(tc, layer_strided_rows, 0,
+                        2 * (int)(sizeof STRIDED_CASES / sizeof STRIDED_CASES[0]));
     tcase_add_loop_test(tc, layer_shards_sum_to_layer, 0, 2 * N_CASES);
     suite_add_tcase(s, tc);
     return s;
