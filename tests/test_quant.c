@@ -192,6 +192,20 @@ START_TEST(quantize_computed_scales)
     dst.scales.stride_head = 0;
     ck_assert(mha_quantize(&src, &dst, pt) == MHA_OK);
     ck_assert(pt[0] == 254.0f / 448);
+
+    /* The largest finite magnitude counts (only NaN and inf are left
+     * out of the absmax). */
+    float big[2] = {-FLT_MAX, 1.0f};
+    uint8_t bq[2];
+    float bsc[1];
+    mha_tensor bsrc = mha_tensor_bshd(big, 1, 1, 1, 2),
+               bdst = mha_tensor_bshd(bq, 1, 1, 1, 2);
+    bdst.dtype = MHA_I8;
+    ck_assert(mha_quantize(&bsrc, &bdst, bsc) == MHA_OK);
+    ck_assert_msg(bsc[0] == FLT_MAX / 127, "scale %a, want %a",
+                  (double)bsc[0], (double)(FLT_MAX / 127));
+    ck_assert_int_eq((int8_t)bq[0], -127);
+    ck_assert_int_eq((int8_t)bq[1], 0); /* 127 / FLT_MAX rounds to 0 */
 }
 END_TEST
 
