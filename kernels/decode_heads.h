@@ -20,13 +20,17 @@
  *       o rows i < R += pk[i] times the value row, one FMA per element,
  *       fetching the run pf (unless NULL) as it goes
  *   prefetch_run(run, bytes)
- *       fetch a run of bytes ahead
+ *       fetch a run of bytes ahead (grouped rows)
+ *   prefetch_run_near(run, bytes)
+ *       the same for one query row per kv head without the spread fetch,
+ *       into L1
  *   code_factor(t)
  *       what its loads leave to undo per row (E4M3's 2^-8, or 1)
  *   spread_fetch(t)
  *       whether one query row per kv head takes keys_dot_n and the fetch
  *       spread over pv_rows's chunks (else rows_dot per head and the run
- *       fetched before each head's work, as grouped rows always are)
+ *       fetched before each head's work, by prefetch_run_near; grouped
+ *       rows always so, by prefetch_run)
  * and INLINE and MK_KEYS_DOT (the rows keys_dot takes at once). A kernel with nothing to fetch is given the row in use as
  * its run (its lines are in flight already), so the fetch has no test.
  */
@@ -134,7 +138,9 @@ INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
             continue;
         }
         for (int64_t g = 0, i = 0; i < m; g++, i += group) {
-            if (ahead)
+            if (ahead && G == 1)
+                prefetch_run_near(ahead + g * hb, (size_t)d * es);
+            else if (ahead)
                 prefetch_run(ahead + g * hb, (size_t)d * es);
             if (G > 0) /* whole kv heads (MK_HEADS_GROUP_SWITCH) */
                 rows_dot(q + i * ldq, ldq, G, row + g * hb, t,
@@ -173,7 +179,9 @@ INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
             const char *pf = G == 1 && spread_fetch(t)
                                  ? (ahead ? ahead : row) + g * hb
                                  : NULL;
-            if (!pf && ahead)
+            if (!pf && ahead && G == 1)
+                prefetch_run_near(ahead + g * hb, (size_t)dv * es);
+            else if (!pf && ahead)
                 prefetch_run(ahead + g * hb, (size_t)dv * es);
             const int64_t nr = m - i0 < group ? m - i0 : group;
             /* A scaled row's probability takes its scale (and the code

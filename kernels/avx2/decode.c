@@ -55,6 +55,12 @@ INLINE void prefetch_run(const char *run, size_t run_bytes)
         _mm_prefetch(run + off, _MM_HINT_T0);
 }
 
+/* One query row per kv head unspread (every type but fp32): the same. */
+INLINE void prefetch_run_near(const char *run, size_t run_bytes)
+{
+    prefetch_run(run, run_bytes);
+}
+
 /* What load8 leaves to undo per row: E4M3 loads as its value times 2^-8. */
 INLINE float code_factor(mk_dtype t)
 {
