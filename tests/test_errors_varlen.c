@@ -225,6 +225,12 @@ static void out_on_table(vcall *c)
 {
     c->f->args.out.data = (float *)c->f->table + 4;
 }
+/* The table's last entry (row B - 1, entry max_blocks - 1): the span
+ * checked is the whole table, not B - 1 rows of it. */
+static void lse_on_table_end(vcall *c)
+{
+    c->f->args.lse = (float *)(void *)(c->f->table + VB * VMAXB - 1);
+}
 static void weights_on_cu_q(vcall *c)
 {
     c->f->args.weights = (float *)c->f->cu_q + 1;
@@ -328,6 +334,8 @@ static const vbad VBAD[] = {
      lse_on_seqlens},
     {{"out overlaps paged.block_table", MHA_ERR_BAD_STRIDE, "out"},
      out_on_table},
+    {{"lse overlaps the last entry of paged.block_table", MHA_ERR_BAD_STRIDE,
+      "lse overlaps paged.block_table"}, lse_on_table_end},
     {{"weights overlap cu_seqlens_q", MHA_ERR_BAD_STRIDE, "weights"},
      weights_on_cu_q},
     {{"varlen: causal 3", MHA_ERR_BAD_MASK, "causal"}, causal_3},

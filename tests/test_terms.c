@@ -302,6 +302,32 @@ START_TEST(sinks_and_masked_rows)
 }
 END_TEST
 
+/* Prefill long enough for several row blocks per head, without weights:
+ * blocks crossing the causal diagonal (or a window's left edge) by more
+ * than a sub-block run as row sub-blocks (engine/prefill.c), each with
+ * its rows' ALiBi positions (the sinks start the whole block's sums);
+ * all_terms_every_dtype's prefill asks for weights, which keeps rows
+ * whole, and a sub-block's ALiBi rows shifted by one position passed
+ * every other test. */
+START_TEST(terms_prefill_sub_blocks)
+{
+    enum { HH = 4, LL = 400 };
+    const float sinks[HH] = {-3.0f, 0.5f, 2.0f, 6.0f};
+    const float slopes[HH] = {0.02f, 0.05f, 0.0f, 0.1f};
+    mha_mask causal = {.causal = MHA_CAUSAL_BOTTOM_RIGHT};
+    mha_score_terms t0 = {.sinks = sinks};
+    mha_score_terms t1 = {.sinks = sinks, .alibi_slopes = slopes,
+                          .window = 1, .window_left = 100,
+                          .window_right = 0};
+    tdesc c = {.b = 2, .h = HH, .hkv = 2, .lq = LL, .lk = LL, .d = 16,
+               .dv = 8, .mask = &causal, .terms = &t0};
+    run(&c, 21, "sinks, causal prefill sub-blocks");
+    c.terms = &t1;
+    c.mask = NULL;
+    run(&c, 22, "sinks + alibi, window prefill sub-blocks");
+}
+END_TEST
+
 /* Every term and mask at once, every K/V dtype pair. */
 START_TEST(all_terms_every_dtype)
 {
@@ -606,6 +632,7 @@ Suite *suite_terms(void)
     tcase_add_test(tc, softcap_masks_huge);
     tcase_add_test(tc, alibi_equals_bias);
     tcase_add_test(tc, sinks_and_masked_rows);
+    tcase_add_test(tc, terms_prefill_sub_blocks);
     tcase_add_test(tc, all_terms_every_dtype);
     tcase_add_test(tc, merge_1_2_5);
     tcase_add_test(tc, merge_edges);

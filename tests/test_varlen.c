@@ -44,6 +44,8 @@ typedef struct vcase {
     int shuffle;         /* blocks in random pool order, spares between */
     int64_t share;       /* first blocks of sequence 0 every sequence uses */
     int64_t table_pad;   /* block_table_stride - max_blocks; 0: stride 0 */
+    int tight_table;     /* max_blocks the longest sequence's blocks (else
+                            one more) */
     int padded;          /* q, out, k and v with padded strides */
     mha_dtype kt, vt;
     mha_causal causal;
@@ -122,7 +124,8 @@ static void make_table(vdata *v, test_rng *r)
         int32_t t = ids[x];
         ids[x] = ids[y], ids[y] = t;
     }
-    int64_t max_blocks = most + 1, stride = max_blocks + c->table_pad;
+    int64_t max_blocks = most + !c->tight_table;
+    int64_t stride = max_blocks + c->table_pad;
     v->table = test_alloc((size_t)(c->batch * stride) * sizeof *v->table);
     for (int64_t x = 0; x < c->batch * stride; x++)
         v->table[x] = x % 2 ? -1 - (int32_t)x : (int32_t)(v->num_blocks + x);
@@ -535,6 +538,10 @@ static const vcase LAYOUTS[] = {
      .batch = 3, GQA, .d = 16, .dv = 16, .lq = {3, 1, 7}, .lk = {50, 9, 31},
      .paged = 1, .block_size = 3, .bhsd = 1, .shuffle = 1, .table_pad = 5,
      .causal = MHA_CAUSAL_BOTTOM_RIGHT, .weights = 1},
+    {.name = "paged, one block per sequence, max_blocks 1", .batch = 3,
+     GQA, .d = 16, .dv = 16, .lq = {1}, .lk = {16, 9, 1}, .dense_q = 1,
+     .paged = 1, .block_size = 16, .shuffle = 1, .tight_table = 1,
+     .causal = MHA_CAUSAL_BOTTOM_RIGHT},
     {.name = "paged, block 1", .batch = 2, GQA, .d = 16, .dv = 16,
      .lq = {2, 1}, .lk = {20, 7}, .paged = 1, .block_size = 1, .shuffle = 1,
      .weights = 1},
