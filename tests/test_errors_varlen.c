@@ -168,6 +168,12 @@ static void use_positions(vcall *c, int totals, int64_t a, int64_t b,
 }
 /* Sequence 1 has 3 keys: a total of 2 cannot hold them. */
 static void total_short(vcall *c) { use_positions(c, 1, 10, 2, 0); }
+/* Packed keys: sequence 2 has cu_seqlens_k[3] - cu_seqlens_k[2] = 8. */
+static void total_short_packed(vcall *c)
+{
+    packed_keys(c->f);
+    use_positions(c, 1, 10, 10, 7);
+}
 static void offset_neg(vcall *c) { use_positions(c, 0, 0, 4, -3); }
 static void offsets_and_offset(vcall *c)
 {
@@ -286,6 +292,9 @@ static const vbad VBAD[] = {
      seqlens_null},
     {{"terms.key_totals[1] below its sequence's keys", MHA_ERR_BAD_ARGUMENT,
       "terms.key_totals[1]"}, total_short},
+    {{"packed keys: terms.key_totals[2] below its sequence's keys",
+      MHA_ERR_BAD_ARGUMENT, "terms.key_totals[2] (7) is below sequence 2's "
+      "key offset + keys (0 + 8)"}, total_short_packed},
     {{"terms.key_offsets[2] -3", MHA_ERR_BAD_ARGUMENT, "terms.key_offsets[2]"},
      offset_neg},
     {{"terms.key_offsets and key_offset both set", MHA_ERR_BAD_ARGUMENT,
