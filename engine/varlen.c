@@ -195,6 +195,14 @@ static mha_status check_index_overlap(const mha_varlen_args *a,
     return MHA_OK;
 }
 
+/* Sequence b's keys: its cu_seqlens_k span, or its paged length (the
+ * arrays checked before any caller asks). */
+static int64_t seq_keys(const mha_varlen_args *a, int64_t b)
+{
+    return a->cu_seqlens_k ? a->cu_seqlens_k[b + 1] - a->cu_seqlens_k[b]
+                           : a->paged->seqlens[b];
+}
+
 static mha_status validate_varlen(const mha_varlen_args *a, mha_problem *p)
 {
     if (!a)
@@ -245,9 +253,7 @@ static mha_status validate_varlen(const mha_varlen_args *a, mha_problem *p)
         int64_t lq = a->cu_seqlens_q ? a->cu_seqlens_q[b + 1] -
                                            a->cu_seqlens_q[b]
                                      : q->seq;
-        int64_t lk = a->cu_seqlens_k ? a->cu_seqlens_k[b + 1] -
-                                           a->cu_seqlens_k[b]
-                                     : a->paged->seqlens[b];
+        int64_t lk = seq_keys(a, b);
         max_q = lq > max_q ? lq : max_q;
         max_k = lk > max_k ? lk : max_k;
         if (!mha_mul_ok(q->heads, lq, &hw) || !mha_mul_ok(hw, lk, &hw) ||
@@ -271,9 +277,7 @@ static mha_status validate_varlen(const mha_varlen_args *a, mha_problem *p)
 
     /* Each sequence's own total against its own keys. */
     for (int64_t b = 0; (terms.key_totals || terms.key_total) && b < B; b++) {
-        int64_t lk = a->cu_seqlens_k ? a->cu_seqlens_k[b + 1] -
-                                           a->cu_seqlens_k[b]
-                                     : a->paged->seqlens[b];
+        int64_t lk = seq_keys(a, b);
         int64_t off = terms.key_offsets ? terms.key_offsets[b]
                                         : terms.key_offset;
         int64_t tot = terms.key_totals ? terms.key_totals[b]
