@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine.h" /* mha_threads_for_call */
 #include "util.h"
 
 /* ---- ISA registry ----------------------------------------------------- */
@@ -356,6 +357,32 @@ START_TEST(thread_bound_runs)
 }
 END_TEST
 
+/* The team a call runs on (engine.c, mha_threads_for_call): the engine's
+ * count, or with num_threads 0 OpenMP's default clamped to
+ * MHA_MAX_THREADS; never more than the call's work items, never fewer
+ * than one. Results are the same bits on any team, so no other test would
+ * see a default engine that ran every call on one thread. */
+START_TEST(threads_per_call)
+{
+    int before = omp_get_max_threads();
+    mha_engine *def = make_engine(MHA_ISA_GENERIC, 0);
+    mha_engine *two = make_engine(MHA_ISA_GENERIC, 2);
+    omp_set_num_threads(3);
+    ck_assert_int_eq(mha_threads_for_call(def, 1000), 3);
+    ck_assert_int_eq(mha_threads_for_call(def, 2), 2);
+    ck_assert_int_eq(mha_threads_for_call(def, 1), 1);
+    ck_assert_int_eq(mha_threads_for_call(def, 0), 1);
+    omp_set_num_threads(MHA_MAX_THREADS + 7);
+    ck_assert_int_eq(mha_threads_for_call(def, INT64_MAX), MHA_MAX_THREADS);
+    omp_set_num_threads(before);
+    ck_assert_int_eq(mha_threads_for_call(two, 1000), 2);
+    ck_assert_int_eq(mha_threads_for_call(two, 1), 1);
+    ck_assert_int_eq(mha_threads_for_call(two, 0), 1);
+    mha_engine_destroy(def);
+    mha_engine_destroy(two);
+}
+END_TEST
+
 Suite *suite_api(void)
 {
     Suite *s = suite_create("api");
@@ -371,6 +398,7 @@ Suite *suite_api(void)
     tcase_add_test(tc, narrow_nan);
     tcase_add_loop_test(tc, narrow_is_nearest, 0, 2);
     tcase_add_test(tc, thread_bound_runs);
+    tcase_add_test(tc, threads_per_call);
     suite_add_tcase(s, tc);
     return s;
 }
