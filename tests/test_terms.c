@@ -516,6 +516,106 @@ START_TEST(merge_edges)
 }
 END_TEST
 
+/* mha_merge_states' refusals, one per row (engine/merge.c): each breaks a
+ * valid merge of two parts [1, 2, 2, 3] in one way and must give its
+ * status and a message naming the field, with out and lse untouched. */
+enum { MB_L = 2, MB_H = 2, MB_D = 3, MB_N = MB_L * MB_H * MB_D,
+       MB_NL = MB_H * MB_L };
+typedef struct {
+    float parts[2][MB_N], plse[2][MB_NL], out[MB_N], lse[MB_NL];
+    mha_tensor outs[2];
+    const float *lses[2];
+    mha_merge_args a;
+} merge_bufs;
+
+static void merge_valid(merge_bufs *m)
+{
+    for (int c = 0; c < 2; c++) {
+        for (int i = 0; i < MB_N; i++)
+            m->parts[c][i] = (float)(c + 1) * 0.25f * (float)i;
+        for (int i = 0; i < MB_NL; i++)
+            m->plse[c][i] = 0.5f * (float)(i - c);
+        m->outs[c] = mha_tensor_bshd(m->parts[c], 1, MB_L, MB_H, MB_D);
+        m->lses[c] = m->plse[c];
+    }
+    m->a = (mha_merge_args){.parts = 2, .outs = m->outs, .lses = m->lses,
+                            .out = mha_tensor_bshd(m->out, 1, MB_L, MB_H,
+                                                   MB_D),
+                            .lse = m->lse};
+}
+
+static const struct merge_bad {
+    const char *what;  /* what the row breaks */
+    mha_status status;
+    const char *field; /* in the message */
+} MERGE_BAD[] = {
+    {"args NULL", MHA_ERR_NULL_POINTER, "args"},
+    {"parts 0", MHA_ERR_BAD_ARGUMENT, "parts"},
+    {"outs NULL", MHA_ERR_NULL_POINTER, "outs"},
+    {"lses NULL", MHA_ERR_NULL_POINTER, "lses"},
+    {"out.data NULL", MHA_ERR_NULL_POINTER, "out.data"},
+    {"out fp16", MHA_ERR_UNSUPPORTED, "out.dtype"},
+    {"out heads share memory", MHA_ERR_BAD_STRIDE, "out strides"},
+    {"lse inside out", MHA_ERR_BAD_STRIDE, "lse overlaps out"},
+    {"lse past the address space", MHA_ERR_OVERFLOW, "lse extends"},
+    {"outs[1] bf16", MHA_ERR_UNSUPPORTED, "outs[1].dtype"},
+    {"outs[1] narrower", MHA_ERR_BAD_SHAPE, "outs[1]"},
+    {"outs[0] is out", MHA_ERR_BAD_STRIDE, "outs[0] overlaps out"},
+    {"lse inside outs[1]", MHA_ERR_BAD_STRIDE, "outs[1] overlaps lse"},
+    {"lses[1] NULL", MHA_ERR_NULL_POINTER, "lses[1]"},
+    {"lses[0] inside out", MHA_ERR_BAD_STRIDE, "lses[0] overlaps out"},
+    {"lses[1] is lse", MHA_ERR_BAD_STRIDE, "lses[1] overlaps lse"},
+    {"lses[1] past the address space", MHA_ERR_OVERFLOW, "lses[1]"},
+};
+enum { N_MERGE_BAD = sizeof MERGE_BAD / sizeof MERGE_BAD[0] };
+
+START_TEST(merge_bad_input)
+{
+    merge_bufs *m = test_alloc(sizeof *m);
+    merge_valid(m);
+    fill_sentinel(m->out, MB_N);
+    fill_sentinel(m->lse, MB_NL);
+    ck_assert_int_eq(mha_merge_states(&m->a), MHA_OK); /* the valid merge */
+    merge_valid(m);
+    mha_merge_args *a = &m->a;
+    /* Far pointers are never dereferenced: the checks refuse them first. */
+    float *far = (float *)(UINTPTR_MAX - 8);
+    switch (_i) {
+    case 0: a = NULL; break;
+    case 1: a->parts = 0; break;
+    case 2: a->outs = NULL; break;
+    case 3: a->lses = NULL; break;
+    case 4: a->out.data = NULL; break;
+    case 5: a->out.dtype = MHA_F16; break;
+    case 6: a->out.stride_head = 0; break;
+    case 7: a->lse = m->out + 2; break;
+    case 8: a->lse = far; break;
+    case 9: m->outs[1].dtype = MHA_BF16; break;
+    case 10: m->outs[1].dim = MB_D - 1; break;
+    case 11: m->outs[0] = a->out; break;
+    case 12: a->lse = m->parts[1] + 1; break;
+    case 13: m->lses[1] = NULL; break;
+    case 14: m->lses[0] = m->out + MB_N - 1; break;
+    case 15: m->lses[1] = m->lse; break;
+    case 16: m->lses[1] = far; break;
+    }
+    const struct merge_bad *row = &MERGE_BAD[_i];
+    fill_sentinel(m->out, MB_N);
+    fill_sentinel(m->lse, MB_NL);
+    mha_status st = mha_merge_states(a);
+    ck_assert_msg(st == row->status, "%s: status %s, want %s (%s)", row->what,
+                  mha_status_string(st), mha_status_string(row->status),
+                  mha_last_error());
+    ck_assert_msg(strstr(mha_last_error(), row->field) != NULL,
+                  "%s: message '%s' does not name '%s'", row->what,
+                  mha_last_error(), row->field);
+    ck_assert_msg(count_changed(m->out, MB_N) == 0 &&
+                      count_changed(m->lse, MB_NL) == 0,
+                  "%s: out or lse written", row->what);
+    free(m);
+}
+END_TEST
+
 /* ---- What porting from PyTorch trips over ------------------------------ */
 
 START_TEST(porting_fixes)
@@ -636,6 +736,7 @@ Suite *suite_terms(void)
     tcase_add_test(tc, all_terms_every_dtype);
     tcase_add_test(tc, merge_1_2_5);
     tcase_add_test(tc, merge_edges);
+    tcase_add_loop_test(tc, merge_bad_input, 0, N_MERGE_BAD);
     tcase_add_test(tc, porting_fixes);
     tcase_add_test(tc, layer_strides_average);
     suite_add_tcase(s, tc);
