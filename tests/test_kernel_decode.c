@@ -477,18 +477,21 @@ static void decode_pv_same(const same_ctx *cx, test_rng *r)
  * keys [n][G] at head stride hld (a [B, L, H, D] position with padding),
  * a scale per (key, head). One row per kv head takes 11 heads: the
  * kernels' several-heads-at-once dot (MK_KEYS_DOT heads, 8 on avx512)
- * then a short group. With tight, nothing pads the heads, the query rows
- * or the positions: the geometry of a [B, L, H, D] cache that the decode
- * files give constant strides at d = 64 and 128 (keys_dot_n). Every score
- * and output is bitwise the one of a call per kv head. */
+ * then a short group. tight (TIGHT_Q, TIGHT_HEADS or both): nothing pads
+ * the query rows, or the heads and positions; both is the geometry of a
+ * [B, L, H, D] cache that the decode files give constant strides at d = 64
+ * and 128 (keys_dot_n), one alone must not take them. Every score and
+ * output is bitwise the one of a call per kv head. */
+enum { TIGHT_Q = 1, TIGHT_HEADS = 2 };
 static void decode_heads_same(const same_ctx *cx, test_rng *r, int64_t group,
                               int short_last, int tight)
 {
     const int64_t G = group == 1 ? 11 : 5,
                   m = G * group - (short_last ? 1 : 0), n = 70,
                   w = cx->width;
-    const ptrdiff_t hld = tight ? w : w + 2, ld = G * hld + (tight ? 0 : 5),
-                    ldq = tight ? w : w + 1, ldo = w;
+    const int th = (tight & TIGHT_HEADS) != 0;
+    const ptrdiff_t hld = th ? w : w + 2, ld = G * hld + (th ? 0 : 5),
+                    ldq = (tight & TIGHT_Q) ? w : w + 1, ldo = w;
     const size_t es = mk_dtype_size(cx->t), no = (size_t)(m * ldo);
     float *q = random_floats(r, (size_t)((m - 1) * ldq + w));
     float *sc = mk_dtype_scaled(cx->t) ? random_scales(r, cx->t, n * G, 1)
@@ -604,14 +607,17 @@ START_TEST(decode_deterministic)
                 decode_heads_same(&cx, &r, 3, 1, 0);
                 decode_heads_same(&cx, &r, 4, 1, 0);
             }
-    /* The constant-stride geometry of one row per kv head (d = 64, 128). */
+    /* The constant-stride geometry of one row per kv head (d = 64, 128),
+     * and each half of it alone. */
     static const int64_t tight[] = {64, 128};
     for (int x = 0; x < ts.n; x++)
         for (int t = MK_F32; t < MK_DTYPE_COUNT; t++)
             for (size_t w = 0; w < sizeof tight / sizeof tight[0]; w++) {
                 same_ctx cx = {&ts.t[x], mha_isa_name(ts.isa[x]),
                                (mk_dtype)t, tight[w]};
-                decode_heads_same(&cx, &r, 1, 0, 1);
+                decode_heads_same(&cx, &r, 1, 0, TIGHT_Q | TIGHT_HEADS);
+                decode_heads_same(&cx, &r, 1, 0, TIGHT_Q);
+                decode_heads_same(&cx, &r, 1, 0, TIGHT_HEADS);
             }
 }
 END_TEST

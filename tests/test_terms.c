@@ -363,6 +363,73 @@ START_TEST(all_terms_every_dtype)
 }
 END_TEST
 
+/* A shard placed at the far end of the positions the library takes
+ * (terms.key_total = INT64_MAX / 4, just below 2^61, the largest it
+ * accepts) under a bottom-right causal mask, a window and ALiBi: the mask
+ * and the ALiBi distances depend on positions only through differences,
+ * so every ISA gives the bits of the same keys at positions 0..Lk-1, for
+ * prefill, decode and split-KV shapes. One more is refused, naming the
+ * field. */
+START_TEST(positions_at_the_bound)
+{
+    const int64_t far = INT64_MAX / 4;
+    const float slopes[4] = {0.5f, 0.25f, 0.125f, 0.0625f};
+    static const int64_t shapes[3][2] = {{17, 70}, {1, 70}, {1, 2100}};
+    mha_mask causal = {.causal = MHA_CAUSAL_BOTTOM_RIGHT};
+    mha_score_terms near = {.window = 1, .window_left = 30,
+                            .window_right = -1, .alibi_slopes = slopes};
+    mha_score_terms at_far = near;
+    at_far.key_total = far;
+    mha_isa isas[TEST_MAX_ISAS];
+    int n_isa = available_isas(isas);
+    for (int sh = 0; sh < 3; sh++) {
+        const int64_t lq = shapes[sh][0], lk = shapes[sh][1];
+        at_far.key_offset = far - lk;
+        tdesc c = {.b = 2, .h = 4, .hkv = 2, .lq = lq, .lk = lk, .d = 16,
+                   .dv = 16, .mask = &causal, .terms = &near};
+        tbufs t, f;
+        make_bufs(&c, 31, &t);
+        c.terms = &at_far;
+        make_bufs(&c, 31, &f);
+        const size_t no = (size_t)(c.b * lq * c.h * c.dv),
+                     nl = (size_t)(c.b * c.h * lq);
+        for (int x = 0; x < n_isa; x++) {
+            mha_engine *e = make_engine(isas[x], 0);
+            const char *isa = mha_isa_name(isas[x]);
+            ck_assert_int_eq(mha_attention(e, &t.args), MHA_OK);
+            ck_assert_msg(mha_attention(e, &f.args) == MHA_OK, "[%s] %s", isa,
+                          mha_last_error());
+            ck_assert_msg(memcmp(t.out, f.out, no * sizeof(float)) == 0 &&
+                              memcmp(t.lse, f.lse, nl * sizeof(float)) == 0,
+                          "[%s] (%lld, %lld): keys at 2^61 - %lld differ "
+                          "from keys at 0",
+                          isa, (long long)lq, (long long)lk, (long long)lk);
+            /* Past the bound: refused, outputs untouched. */
+            mha_score_terms past = at_far;
+            past.key_total = far + 1;
+            f.args.terms = &past;
+            fill_sentinel(f.out, no);
+            ck_assert_int_eq(mha_attention(e, &f.args), MHA_ERR_BAD_ARGUMENT);
+            ck_assert_ptr_nonnull(strstr(mha_last_error(), "terms.key_total"));
+            ck_assert_uint_eq(count_changed(f.out, no), 0);
+            past = at_far;
+            past.key_offset = far; /* key_total 0: it ends the keys */
+            past.key_total = 0;
+            ck_assert_int_eq(mha_attention(e, &f.args), MHA_OK);
+            past.key_offset = far + 1;
+            fill_sentinel(f.out, no);
+            ck_assert_int_eq(mha_attention(e, &f.args), MHA_ERR_BAD_ARGUMENT);
+            ck_assert_ptr_nonnull(
+                strstr(mha_last_error(), "terms.key_offset"));
+            ck_assert_uint_eq(count_changed(f.out, no), 0);
+            f.args.terms = &at_far;
+            mha_engine_destroy(e);
+        }
+        free_bufs(&t), free_bufs(&f);
+    }
+}
+END_TEST
+
 /* ---- Merging ----------------------------------------------------------- */
 
 /* Keys split into n parts (uneven), each part's (out, lse), merged: equal
@@ -734,6 +801,7 @@ Suite *suite_terms(void)
     tcase_add_test(tc, sinks_and_masked_rows);
     tcase_add_test(tc, terms_prefill_sub_blocks);
     tcase_add_test(tc, all_terms_every_dtype);
+    tcase_add_test(tc, positions_at_the_bound);
     tcase_add_test(tc, merge_1_2_5);
     tcase_add_test(tc, merge_edges);
     tcase_add_loop_test(tc, merge_bad_input, 0, N_MERGE_BAD);
