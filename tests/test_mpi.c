@@ -252,6 +252,48 @@ START_TEST(layer_bitwise_over_runs_and_threads)
 }
 END_TEST
 
+/* Out with one stride 0 and the other not (batch 1, rows padded): taken
+ * as given, as the single-process layer takes it; only both 0 means
+ * packed. Each row's E values against one process, the padding
+ * untouched. */
+START_TEST(layer_out_one_stride_zero)
+{
+    enum { PAD = 3, LD = LE + PAD };
+    layer_data d;
+    layer_data_init(&d, 13);
+    mha_engine *e = engine(1);
+    const size_t n_out = LLQ * LD;
+    float *want = test_alloc(n_out * sizeof *want);
+    float *out = test_alloc(n_out * sizeof *out);
+    fill_sentinel(want, n_out), fill_sentinel(out, n_out);
+    mha_layer_args a = layer_args(&d, want, NULL, NULL);
+    a.batch = 1;
+    a.out_stride_batch = 0, a.out_stride_seq = LD;
+    mha_layer *one;
+    ck_assert_int_eq(mha_layer_create(e, &d.desc, &one), MHA_OK);
+    ck_assert_int_eq(mha_layer_forward_ex(one, &a), MHA_OK);
+    mha_layer_destroy(one);
+    mha_mpi_layer *tp = NULL;
+    mha_status st = mha_mpi_layer_create(e, MPI_COMM_WORLD, &d.desc, &tp);
+    a.out = out;
+    if (st == MHA_OK)
+        st = mha_mpi_layer_forward(tp, &a);
+    mha_mpi_layer_destroy(tp);
+    ck_assert_msg(st == MHA_OK, "rank %d: %s", rank, mha_mpi_last_error());
+    for (int64_t i = 0; i < LLQ; i++) {
+        ck_assert_msg(ratio(out + i * LD, want + i * LD, LE) <= 1.0,
+                      "rank %d of %d: row %lld differs from one process",
+                      rank, nranks, (long long)i);
+        ck_assert_msg(count_changed(out + i * LD + LE, PAD) == 0,
+                      "rank %d: padding of row %lld written", rank,
+                      (long long)i);
+    }
+    free(want), free(out);
+    mha_engine_destroy(e);
+    layer_data_free(&d);
+}
+END_TEST
+
 /* ---- Sequence-parallel attention ------------------------------------- */
 
 enum { AB = 2, AH = 6, AHKV = 3, AD = 16, ALQ = 5, ALK = 61 };
@@ -673,6 +715,7 @@ static Suite *suite_mpi(void)
     TCase *tc = tcase_create("mpi");
     tcase_add_loop_test(tc, layer_matches_one_process, 0, 2);
     tcase_add_test(tc, layer_bitwise_over_runs_and_threads);
+    tcase_add_test(tc, layer_out_one_stride_zero);
     tcase_add_loop_test(tc, attention_matches_one_process, 0, 9);
     tcase_add_test(tc, varlen_paged_matches_one_process);
     tcase_add_loop_test(tc, attention_errors_agree, 0, N_ATTN_FAULTS);
