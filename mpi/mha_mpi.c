@@ -5,11 +5,13 @@
  * in rank order. */
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mha_mpi.h"
+#include "mpi_test_hooks.h"
 
 /* ---- Messages ---------------------------------------------------------- */
 
@@ -138,8 +140,39 @@ static mha_status comm_ok(MPI_Comm comm)
     return MHA_OK;
 }
 
+/* Every allocation of this file goes through mpi_alloc or alloc_floats,
+ * with a failure hook for the tests (mpi/mpi_test_hooks.h), as the engine's
+ * allocator has. */
+static atomic_long fail_countdown = -1; /* < 0: never fail */
+static atomic_long alloc_count = 0;
+
+long mha_mpi_test_fail_alloc_after(long n)
+{
+    atomic_store(&fail_countdown, n);
+    return atomic_exchange(&alloc_count, 0);
+}
+
+/* Whether the hook fails this allocation (and counts it). */
+static int hook_fails(void)
+{
+    atomic_fetch_add(&alloc_count, 1);
+    return atomic_load(&fail_countdown) >= 0 &&
+           atomic_fetch_sub(&fail_countdown, 1) == 0;
+}
+
+/* n * size zeroed bytes (at least one), or NULL. */
+static void *mpi_alloc(size_t n, size_t size)
+{
+    if (hook_fails())
+        return NULL;
+    return n && size ? calloc(n, size) : calloc(1, 1);
+}
+
+/* n floats, not zeroed (at least one byte), or NULL. */
 static void *alloc_floats(size_t n)
 {
+    if (hook_fails())
+        return NULL;
     return malloc(n ? n * sizeof(float) : 1);
 }
 
@@ -190,7 +223,7 @@ mha_status mha_mpi_layer_create(const mha_engine *engine, MPI_Comm comm,
     int rank, size;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
-    mha_mpi_layer *l = calloc(1, sizeof *l);
+    mha_mpi_layer *l = mpi_alloc(1, sizeof *l);
     same_values sv = {0};
     if (!l)
         st = fail(MHA_ERR_OUT_OF_MEMORY, "layer allocation failed");
@@ -292,7 +325,7 @@ mha_status mha_mpi_layer_forward(const mha_mpi_layer *layer,
         acc = alloc_floats((size_t)mine * (size_t)e);
         w = args->weights ? alloc_floats((size_t)nw) : NULL;
         lse = args->lse ? alloc_floats((size_t)nl) : NULL;
-        counts = malloc(4 * (size_t)p * sizeof *counts);
+        counts = mpi_alloc(4 * (size_t)p, sizeof *counts);
         if (!part || !full || !recv || !acc || !counts ||
             (args->weights && !w) ||
             (args->lse && !lse))
@@ -443,9 +476,9 @@ static mha_status partials_alloc(partials *pt, int p, int64_t mb, int64_t ml,
                     (long long)pt->n);
     pt->mine = alloc_floats((size_t)pt->n);
     pt->all = alloc_floats((size_t)pt->n * (size_t)p);
-    pt->outs = calloc((size_t)p, sizeof *pt->outs);
-    pt->lses = calloc((size_t)p, sizeof *pt->lses);
-    pt->counts = calloc((size_t)p * (size_t)seqs, sizeof *pt->counts);
+    pt->outs = mpi_alloc((size_t)p, sizeof *pt->outs);
+    pt->lses = mpi_alloc((size_t)p, sizeof *pt->lses);
+    pt->counts = mpi_alloc((size_t)p * (size_t)seqs, sizeof *pt->counts);
     if (!pt->mine || !pt->all || !pt->outs || !pt->lses || !pt->counts)
         return fail(MHA_ERR_OUT_OF_MEMORY,
                     "sequence-parallel buffers of %d x %lld floats", p,
@@ -599,7 +632,7 @@ mha_status mha_mpi_attention_varlen(const mha_engine *engine, MPI_Comm comm,
         int packed = args->cu_seqlens_q != NULL;
         st = partials_alloc(&pt, p, packed ? 1 : B, args->q.seq,
                             args->q.heads, args->out.dim, B);
-        pos = calloc(3 * (size_t)B, sizeof *pos);
+        pos = mpi_alloc(3 * (size_t)B, sizeof *pos);
         if (st == MHA_OK && !pos)
             st = fail(MHA_ERR_OUT_OF_MEMORY, "positions of %lld sequences",
                       (long long)B);

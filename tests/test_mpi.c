@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "mha_mpi.h"
+#include "mpi_test_hooks.h"
 #include "util.h"
 
 static int rank, nranks;
@@ -709,6 +710,92 @@ START_TEST(layer_errors_agree)
 }
 END_TEST
 
+/* ---- Allocation failures ---------------------------------------------- */
+
+/* _i 0: a tensor-parallel layer created and run; 1: sequence-parallel
+ * attention. Returns the call's status; out and lse are what it writes. */
+static mha_status oom_call(int which, layer_data *ld, attn_data *ad,
+                           mha_engine *e, float *out, float *lse)
+{
+    if (which == 0) {
+        mha_mpi_layer *tp = NULL;
+        mha_status st = mha_mpi_layer_create(e, MPI_COMM_WORLD, &ld->desc,
+                                             &tp);
+        if (st == MHA_OK) {
+            mha_layer_args a = layer_args(ld, out, NULL, lse);
+            st = mha_mpi_layer_forward(tp, &a);
+        }
+        mha_mpi_layer_destroy(tp);
+        return st;
+    }
+    int64_t first, count;
+    shard_of(ALK, rank, nranks, &first, &count);
+    mha_mask causal = {.causal = MHA_CAUSAL_BOTTOM_RIGHT};
+    mha_attention_args a = {.q = mha_tensor_bshd(ad->q, AB, ALQ, AH, AD),
+                            .k = kv_view(ad, 0, first, count),
+                            .v = kv_view(ad, 1, first, count),
+                            .out = mha_tensor_bshd(out, AB, ALQ, AH, AD),
+                            .lse = lse, .mask = &causal};
+    return mha_mpi_attention(e, MPI_COMM_WORLD, &a);
+}
+
+/* Each allocation the MPI component makes on one rank (the last) fails in
+ * turn (mpi_test_hooks.h): every rank returns MHA_ERR_OUT_OF_MEMORY with
+ * its outputs untouched, none is left waiting in a collective, and once
+ * the rank's allocations all succeed every rank gets the bytes of an
+ * unhindered call. */
+START_TEST(allocation_failure_on_one_rank)
+{
+    layer_data ld;
+    attn_data ad;
+    layer_data_init(&ld, 14);
+    attn_data_init(&ad, MHA_F32, 92);
+    mha_engine *e = engine(1);
+    const size_t n_out = _i == 0 ? LB * LLQ * LE : AB * ALQ * AH * AD;
+    const size_t n_l = _i == 0 ? LB * LH * LLQ : AB * AH * ALQ;
+    float *want = test_alloc(n_out * sizeof *want);
+    float *want_l = test_alloc(n_l * sizeof *want_l);
+    float *out = test_alloc(n_out * sizeof *out);
+    float *lse = test_alloc(n_l * sizeof *lse);
+    fill_sentinel(want_l, n_l);
+    mha_mpi_test_fail_alloc_after(-1);
+    mha_status st0 = oom_call(_i, &ld, &ad, e, want, want_l);
+    long made = mha_mpi_test_fail_alloc_after(-1);
+    /* Every rank loops over the culprit's allocations alike. */
+    MPI_Bcast(&made, 1, MPI_LONG, culprit(), MPI_COMM_WORLD);
+    char bad[512] = "";
+    for (long n = 0; n <= made; n++) {
+        if (rank == culprit())
+            mha_mpi_test_fail_alloc_after(n);
+        fill_sentinel(out, n_out), fill_sentinel(lse, n_l);
+        mha_status st = oom_call(_i, &ld, &ad, e, out, lse);
+        mha_mpi_test_fail_alloc_after(-1);
+        int ok = n < made
+                     ? st == MHA_ERR_OUT_OF_MEMORY &&
+                           count_changed(out, n_out) == 0 &&
+                           count_changed(lse, n_l) == 0
+                     : st == MHA_OK &&
+                           memcmp(out, want, n_out * sizeof *out) == 0 &&
+                           memcmp(lse, want_l, n_l * sizeof *lse) == 0;
+        if (!ok && !bad[0])
+            snprintf(bad, sizeof bad, "allocation %ld of %ld failing on rank "
+                     "%d: status %s (%s)%s", n, made, culprit(),
+                     mha_status_string(st), mha_mpi_last_error(),
+                     st == MHA_ERR_OUT_OF_MEMORY || st == MHA_OK
+                         ? ", outputs not as they should be" : "");
+    }
+    ck_assert_msg(st0 == MHA_OK, "rank %d: %s", rank, mha_mpi_last_error());
+    ck_assert_msg(made > 0, "the %s made no allocation on rank %d",
+                  _i == 0 ? "layer" : "attention", culprit());
+    ck_assert_msg(!bad[0], "rank %d of %d, %s: %s", rank, nranks,
+                  _i == 0 ? "layer" : "attention", bad);
+    free(want), free(want_l), free(out), free(lse);
+    mha_engine_destroy(e);
+    attn_data_free(&ad);
+    layer_data_free(&ld);
+}
+END_TEST
+
 static Suite *suite_mpi(void)
 {
     Suite *s = suite_create("mpi");
@@ -720,6 +807,7 @@ static Suite *suite_mpi(void)
     tcase_add_test(tc, varlen_paged_matches_one_process);
     tcase_add_loop_test(tc, attention_errors_agree, 0, N_ATTN_FAULTS);
     tcase_add_loop_test(tc, layer_errors_agree, 0, 3);
+    tcase_add_loop_test(tc, allocation_failure_on_one_rank, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }
