@@ -73,6 +73,10 @@ const Shape kShapes[] = {
     {"paged", 1, 32, 32, 1, 4096, 128},
     {"paged", 1, 32, 32, 1, 4096, 128, MHA_I8},
     {"paged", 1, 32, 32, 1, 4096, 128, MHA_FP8_E4M3},
+    // Its 16-bit forms: a paged cache of [B, L, H, D] rows read against
+    // the contiguous and the [B, H, L, D] decode of the same K/V dtype.
+    {"paged", 1, 32, 32, 1, 4096, 128, MHA_F16},
+    {"paged", 1, 32, 32, 1, 4096, 128, MHA_BF16},
     {"varlen", 8, 32, 8, 2048, 2048, 128},
     {"varlen_seq", 8, 32, 8, 2048, 2048, 128},
     // The bf16 (fp16) compute dtype (q and out bf16) of a bf16 model: a
@@ -94,6 +98,8 @@ const Shape kShapes[] = {
     {"decode", 1, 32, 32, 1, 4096, 128, MHA_BF16, BENCH_LAYOUT_BHSD},
     {"decode", 8, 32, 32, 1, 2048, 128, MHA_F16},
     {"decode", 8, 32, 32, 1, 2048, 128, MHA_F16, BENCH_LAYOUT_BHSD},
+    {"decode", 8, 32, 32, 1, 2048, 128, MHA_BF16},
+    {"decode", 8, 32, 32, 1, 2048, 128, MHA_BF16, BENCH_LAYOUT_BHSD},
     {"decode", 1, 32, 32, 1, 4096, 128, MHA_I8, BENCH_LAYOUT_BHSD},
     {"decode", 1, 32, 32, 1, 4096, 128, MHA_FP8_E4M3, BENCH_LAYOUT_BHSD},
 };
