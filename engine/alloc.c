@@ -37,7 +37,7 @@ void *mha_alloc(size_t bytes)
      * it is a few faults (transparent huge pages, when the system allows
      * them; docs/benchmarks.md). */
     const size_t huge = (size_t)2 << 20;
-    if (rounded >= 16 * huge && rounded <= SIZE_MAX - huge) {
+    if (rounded >= MHA_ALLOC_HUGE_BYTES && rounded <= SIZE_MAX - huge) {
         size_t whole = (rounded + huge - 1) / huge * huge;
         void *p = aligned_alloc(huge, whole);
         if (p)

@@ -43,6 +43,10 @@ int mha_threads_for_call(const mha_engine *engine, int64_t items);
  * make the n-th one fail. Memory is 64-byte aligned. */
 void *mha_alloc(size_t bytes);
 void mha_free(void *p);
+/* Blocks from here on are above glibc's largest mmap threshold: each is
+ * mmapped fresh and its pages faulted in on every call (alloc.c puts them
+ * on huge pages where it can; a layer keeps one for its next call). */
+#define MHA_ALLOC_HUGE_BYTES ((size_t)32 << 20)
 
 /* dtype.c: the traits of a dtype; NULL for a value outside the enum. */
 typedef struct {

@@ -5,6 +5,7 @@
  * (their qk is a bf16 matmul: x w^T of packed w), else on fp32 kernels
  * over rows widened a chunk at a time (docs/design.md, "Compute dtype"). */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include <omp.h>
@@ -24,6 +25,9 @@ struct mha_layer {
     float *w[4];
     int bf16[4];
     float *b[4]; /* their biases, or NULL (a shard has no out bias) */
+    /* A call's workspace of MHA_ALLOC_HUGE_BYTES or more, kept for the
+     * next call (ws_take): the one field a call changes, atomically. */
+    _Atomic(char *) spare;
 };
 
 enum { PQ, PK, PV, PO };
@@ -40,7 +44,58 @@ void mha_layer_destroy(mha_layer *layer)
         mha_free(layer->w[i]);
         mha_free(layer->b[i]);
     }
+    mha_free(atomic_load(&layer->spare));
     mha_free(layer);
+}
+
+/* The bytes before a kept workspace: its capacity, then padding to keep
+ * the workspace 64-byte aligned. */
+#define WS_HEAD 64
+
+/*
+ * A call's workspace of `bytes`. Below MHA_ALLOC_HUGE_BYTES glibc hands a
+ * freed block back from its heap on the next call; from there on every
+ * block is mmapped afresh and each call faulted its pages in (32 MiB at
+ * E = 1024, L = 2048), a cost that shows where the system gives no huge
+ * pages (transparent huge pages off, or memory too fragmented for them:
+ * docs/design.md, "Memory"). So such a workspace goes back to the layer
+ * (ws_give) and the next call takes it if it is large enough; one is
+ * kept, so a layer holds at most one workspace until mha_layer_destroy.
+ * Concurrent calls each take their own: the one that finds the slot empty
+ * allocates, and of two returning, one frees.
+ */
+static void *ws_take(const mha_layer *layer, size_t bytes)
+{
+    if (bytes < MHA_ALLOC_HUGE_BYTES)
+        return mha_alloc(bytes);
+    mha_layer *l = (mha_layer *)layer; /* spare: see the struct */
+    char *block = atomic_exchange(&l->spare, NULL);
+    size_t capacity = 0;
+    if (block)
+        memcpy(&capacity, block, sizeof capacity);
+    if (block && capacity >= bytes)
+        return block + WS_HEAD;
+    mha_free(block);
+    if (bytes > SIZE_MAX - WS_HEAD)
+        return NULL;
+    block = mha_alloc(WS_HEAD + bytes);
+    if (!block)
+        return NULL;
+    memcpy(block, &bytes, sizeof bytes);
+    return block + WS_HEAD;
+}
+
+/* Ends a call's use of ws_take's workspace of `bytes`. */
+static void ws_give(const mha_layer *layer, void *ws, size_t bytes)
+{
+    if (bytes < MHA_ALLOC_HUGE_BYTES) {
+        mha_free(ws);
+        return;
+    }
+    mha_layer *l = (mha_layer *)layer;
+    char *block = (char *)ws - WS_HEAD, *empty = NULL;
+    if (!atomic_compare_exchange_strong(&l->spare, &empty, block))
+        mha_free(block);
 }
 
 static mha_status check_dim(int64_t v, const char *name)
@@ -207,6 +262,7 @@ mha_status mha_layer_create(const mha_engine *engine,
     if (!l)
         return mha_fail(MHA_ERR_OUT_OF_MEMORY, "layer allocation failed");
     memset(l, 0, sizeof *l);
+    atomic_init(&l->spare, NULL);
     l->engine = engine;
     l->e = e, l->heads = h, l->kdim = kdim, l->vdim = vdim;
     l->first = first, l->count = count, l->width = w;
@@ -540,11 +596,12 @@ mha_status mha_layer_forward_ex(const mha_layer *layer,
     if (scratch_bytes > SIZE_MAX - buffers - proj)
         return mha_fail(MHA_ERR_OVERFLOW, "layer workspace overflows");
     scratch_bytes = (scratch_bytes + 63) / 64 * 64;
-    float *mem = mha_alloc(buffers + scratch_bytes + proj);
+    const size_t ws_bytes = buffers + scratch_bytes + proj;
+    float *mem = ws_take(layer, ws_bytes);
     if (!mem)
         return mha_fail(MHA_ERR_OUT_OF_MEMORY,
                         "layer workspace of %zu bytes",
-                        buffers + scratch_bytes + proj);
+                        ws_bytes);
     float *qp = mem, *kp = qp + nw_q, *vp = kp + nkv * w, *cat = vp + nkv * w;
     float *wh = cat + nw_q; /* per-head weights to average, nw floats */
     void *scratch = (char *)mem + buffers;
@@ -574,6 +631,6 @@ mha_status mha_layer_forward_ex(const mha_layer *layer,
                 args->weights[b * lq * lk + x] = acc * inv;
             }
     }
-    mha_free(mem);
+    ws_give(layer, mem, ws_bytes);
     return MHA_OK;
 }

@@ -537,7 +537,10 @@ typedef struct mha_layer_desc {
 
 typedef struct mha_layer mha_layer;
 
-/* The layer keeps a pointer to the engine: destroy the layer first. */
+/* The layer keeps a pointer to the engine: destroy the layer first. A
+ * call whose workspace reaches 32 MiB leaves it with the layer for the
+ * next call (one is kept, freed by mha_layer_destroy; concurrent calls
+ * never share one): docs/design.md, "Memory". */
 MHA_API mha_status mha_layer_create(const mha_engine *engine,
                             const mha_layer_desc *desc, mha_layer **layer);
 MHA_API void mha_layer_destroy(mha_layer *layer); /* NULL is a no-op */

@@ -209,8 +209,101 @@ START_TEST(allocator_blocks)
 }
 END_TEST
 
+/* A layer whose call keeps its workspace (engine/layer.c, ws_take):
+ * util.h's ws_layer. */
+
+/* One forward over the first lk keys into out (3 x E floats); returns its
+ * status and, in *allocs, the allocations it made. */
+static mha_status ws_forward(const mha_layer *l, const ws_layer *f,
+                             int64_t lk, float *out, long *allocs)
+{
+    mha_test_fail_alloc_after(-1);
+    mha_status st = mha_layer_forward(l, f->query, f->kv, f->kv, 1, 3, lk,
+                                      NULL, out, NULL);
+    *allocs = mha_test_fail_alloc_after(-1);
+    return st;
+}
+
+/* What a fresh layer (nothing kept) gives for lk keys, and its count of
+ * allocations. */
+static void ws_fresh(const mha_engine *e, const ws_layer *f, int64_t lk,
+                     float *out, long *allocs)
+{
+    mha_layer *l = NULL;
+    ck_assert_int_eq(mha_layer_create(e, &f->desc, &l), MHA_OK);
+    ck_assert_int_eq(ws_forward(l, f, lk, out, allocs), MHA_OK);
+    mha_layer_destroy(l);
+}
+
+START_TEST(layer_workspace_kept)
+{
+    mha_isa isas[TEST_MAX_ISAS];
+    int n_isa = available_isas(isas);
+    mha_engine *e = make_engine(isas[n_isa > 1 ? 1 : 0], 2);
+    ws_layer *f = test_alloc(sizeof *f);
+    const int64_t big = WS_KEYS + WS_KEYS / 4, sizes[] = {WS_KEYS, big};
+    ws_layer_init(f, big);
+    float want[2][3 * WS_E], out[3 * WS_E];
+    long fresh[2], allocs;
+    for (int i = 0; i < 2; i++)
+        ws_fresh(e, f, sizes[i], want[i], &fresh[i]);
+    ck_assert_msg(fresh[0] >= 1, "a fresh layer's call allocated nothing");
+
+    mha_layer *l = NULL;
+    ck_assert_int_eq(mha_layer_create(e, &f->desc, &l), MHA_OK);
+    /* The first call allocates its workspace, the second reuses it, and
+     * both give a fresh layer's bytes (a workspace reused with the last
+     * call's contents in it must not change a result). */
+    for (int call = 0; call < 2; call++) {
+        memset(out, 0xa5, sizeof out);
+        ck_assert_int_eq(ws_forward(l, f, WS_KEYS, out, &allocs), MHA_OK);
+        ck_assert_msg(memcmp(out, want[0], sizeof out) == 0,
+                      "call %d differs from a fresh layer's", call);
+        if (call == 0)
+            ck_assert_int_eq(allocs, fresh[0]);
+        else
+            ck_assert_msg(allocs == fresh[0] - 1, "second call made %ld "
+                          "allocations, a fresh layer's %ld", allocs,
+                          fresh[0]);
+    }
+    /* A larger call replaces the kept workspace, and a smaller one after
+     * it takes the larger block. */
+    ck_assert_int_eq(ws_forward(l, f, big, out, &allocs), MHA_OK);
+    ck_assert_int_eq(allocs, fresh[1]);
+    ck_assert(memcmp(out, want[1], sizeof out) == 0);
+    ck_assert_int_eq(ws_forward(l, f, WS_KEYS, out, &allocs), MHA_OK);
+    ck_assert_int_eq(allocs, fresh[0] - 1);
+    ck_assert(memcmp(out, want[0], sizeof out) == 0);
+    mha_layer_destroy(l);
+
+    /* Out of memory for the workspace of a layer with none kept, then
+     * with one too small kept: refused, out untouched; the next call
+     * succeeds with the same bytes. */
+    ck_assert_int_eq(mha_layer_create(e, &f->desc, &l), MHA_OK);
+    for (int i = 0; i < 2; i++) {
+        float sentinel[3 * WS_E];
+        memset(sentinel, 0x5a, sizeof sentinel);
+        memcpy(out, sentinel, sizeof out);
+        mha_test_fail_alloc_after(0);
+        mha_status st = mha_layer_forward(l, f->query, f->kv, f->kv, 1, 3,
+                                          sizes[i], NULL, out, NULL);
+        mha_test_fail_alloc_after(-1);
+        ck_assert_msg(st == MHA_ERR_OUT_OF_MEMORY, "status %s",
+                      mha_status_string(st));
+        ck_assert(memcmp(out, sentinel, sizeof out) == 0);
+        ck_assert_int_eq(ws_forward(l, f, sizes[i], out, &allocs), MHA_OK);
+        ck_assert(memcmp(out, want[i], sizeof out) == 0);
+    }
+    mha_layer_destroy(l); /* frees the kept workspace: ASan, valgrind */
+    free(f->kv);
+    free(f);
+    mha_engine_destroy(e);
+}
+END_TEST
+
 void errors_add_allocation_tests(TCase *tc)
 {
     tcase_add_test(tc, allocation_failures);
     tcase_add_test(tc, allocator_blocks);
+    tcase_add_test(tc, layer_workspace_kept);
 }

@@ -315,12 +315,87 @@ START_TEST(concurrent_callers_share_an_engine)
 }
 END_TEST
 
+/* ---- Many callers on one layer that keeps its workspace --------------- */
+
+typedef struct ws_caller {
+    const mha_layer *layer;
+    const ws_layer *f;
+    const float *want; /* 3 x WS_E */
+    int calls, failures, mismatches;
+} ws_caller;
+
+static void *ws_caller_main(void *p)
+{
+    ws_caller *c = p;
+    for (int i = 0; i < c->calls; i++) {
+        float out[3 * WS_E];
+        /* Alternately the larger call and the smaller: the kept block is
+         * taken, replaced and given back across the callers. */
+        int64_t lk = i % 2 ? WS_KEYS : WS_KEYS + WS_KEYS / 4;
+        if (mha_layer_forward(c->layer, c->f->query, c->f->kv, c->f->kv, 1,
+                              3, lk, NULL, out, NULL) != MHA_OK)
+            c->failures++;
+        else
+            c->mismatches += memcmp(out, c->want + (i % 2) * 3 * WS_E,
+                                    sizeof out) != 0;
+    }
+    return NULL;
+}
+
+/* CALLERS pthreads call one layer at once with workspaces the layer keeps
+ * between calls (engine/layer.c, ws_take): each gets the bytes of a
+ * serial call on a layer of its own (ThreadSanitizer's stage runs this
+ * suite). */
+START_TEST(concurrent_callers_share_a_kept_workspace)
+{
+    mha_isa isas[TEST_MAX_ISAS];
+    int n_isa = available_isas(isas);
+    mha_engine *e = make_engine(isas[n_isa > 1 ? 1 : 0], 1);
+    ws_layer *f = test_alloc(sizeof *f);
+    ws_layer_init(f, WS_KEYS + WS_KEYS / 4);
+    float want[2][3 * WS_E];
+    for (int i = 0; i < 2; i++) {
+        mha_layer *own;
+        ck_assert_int_eq(mha_layer_create(e, &f->desc, &own), MHA_OK);
+        ck_assert_int_eq(mha_layer_forward(own, f->query, f->kv, f->kv, 1, 3,
+                                           i ? WS_KEYS
+                                             : WS_KEYS + WS_KEYS / 4,
+                                           NULL, want[i], NULL),
+                         MHA_OK);
+        mha_layer_destroy(own);
+    }
+    mha_layer *layer;
+    ck_assert_int_eq(mha_layer_create(e, &f->desc, &layer), MHA_OK);
+    ws_caller callers[CALLERS];
+    pthread_t th[CALLERS];
+    for (int c = 0; c < CALLERS; c++) {
+        callers[c] = (ws_caller){layer, f, &want[0][0], 4, 0, 0};
+        ck_assert_int_eq(
+            pthread_create(&th[c], NULL, ws_caller_main, &callers[c]), 0);
+    }
+    for (int c = 0; c < CALLERS; c++)
+        ck_assert_int_eq(pthread_join(th[c], NULL), 0);
+    for (int c = 0; c < CALLERS; c++) {
+        ck_assert_msg(callers[c].failures == 0, "caller %d: %d calls failed",
+                      c, callers[c].failures);
+        ck_assert_msg(callers[c].mismatches == 0,
+                      "caller %d: %d results differ from serial", c,
+                      callers[c].mismatches);
+    }
+    mha_layer_destroy(layer);
+    free(f->kv);
+    free(f);
+    mha_engine_destroy(e);
+}
+END_TEST
+
 Suite *suite_threads(void)
 {
     Suite *s = suite_create("threads");
     TCase *tc = tcase_create("threads");
     tcase_add_test(tc, bitwise_equal_across_thread_counts);
     tcase_add_test(tc, concurrent_callers_share_an_engine);
+    tcase_add_test(tc, concurrent_callers_share_a_kept_workspace);
     suite_add_tcase(s, tc);
     return s;
 }

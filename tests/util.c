@@ -289,3 +289,20 @@ void *as_dtype(const float *x, size_t n, mha_dtype t)
         mha_f32_to_bf16(x, n, y);
     return y;
 }
+
+void ws_layer_init(ws_layer *f, int64_t lk)
+{
+    test_rng r;
+    rng_seed(&r, 0x5eedu);
+    float *x[] = {f->w_in, f->b_in, f->w_out, f->b_out, f->query};
+    size_t n[] = {3 * WS_E * WS_E, 3 * WS_E, WS_E * WS_E, WS_E, 3 * WS_E};
+    for (int i = 0; i < 5; i++)
+        for (size_t j = 0; j < n[i]; j++)
+            x[i][j] = rng_uniform(&r);
+    f->kv = random_floats(&r, (size_t)(lk * WS_E));
+    f->desc = (mha_layer_desc){.embed_dim = WS_E, .num_heads = 2,
+                               .in_proj_weight = f->w_in,
+                               .in_proj_bias = f->b_in,
+                               .out_proj_weight = f->w_out,
+                               .out_proj_bias = f->b_out};
+}

@@ -89,4 +89,21 @@ void check_weights(const float *got, const double *want, int64_t rows,
 void check_lse(const float *got, const double *want, size_t n,
                const char *what, const char *isa);
 
+/* A layer call whose workspace reaches MHA_ALLOC_HUGE_BYTES, which the
+ * layer keeps for its next call (engine/layer.c, ws_take): a
+ * cross-attention of 3 queries (batch 1) over up to WS_KEYS * 5 / 4 keys
+ * of E = 8, H = 2, projecting K and V into 2 x 16 MiB or more. */
+#define WS_E 8
+#define WS_KEYS ((int64_t)1 << 19)
+
+typedef struct ws_layer {
+    float w_in[3 * WS_E * WS_E], b_in[3 * WS_E], w_out[WS_E * WS_E];
+    float b_out[WS_E], query[3 * WS_E];
+    float *kv; /* [1, lk, E], key and value alike (test_alloc) */
+    mha_layer_desc desc;
+} ws_layer;
+
+/* Random weights, query and lk keys (free f->kv after). */
+void ws_layer_init(ws_layer *f, int64_t lk);
+
 #endif
