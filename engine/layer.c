@@ -32,9 +32,14 @@ struct mha_layer {
 
 enum { PQ, PK, PV, PO };
 
-/* Rows of the projections per work item: fixed, so the split (and the
- * result) never depends on the thread count. */
+/* Rows of the projections per work item: at most about this many, fixed
+ * by the shape, so the split never depends on the thread count. */
 #define LINEAR_ROWS 96
+/* A sequence's rows go to its work items in whole strips of this many
+ * (a multiple of the avx512, avx2 and generic row tiles), spread evenly:
+ * 512 rows in chunks of 96 were five full chunks and one of 32, which
+ * two threads shared as 288 and 224 rows (docs/benchmarks.md). */
+#define LINEAR_STRIP 12
 
 void mha_layer_destroy(mha_layer *layer)
 {
@@ -353,13 +358,20 @@ static void project(const mha_layer *l, int i, const void *a, rows_of ra,
     const mk_table *t = &engine->kernels;
     const float *w = l->w[i], *bias = l->b[i];
     int64_t per = (seq + LINEAR_ROWS - 1) / LINEAR_ROWS;
+    int64_t strips = (seq + LINEAR_STRIP - 1) / LINEAR_STRIP;
     int64_t chunks = batch * per;
     int nthreads = mha_threads_for_call(engine, chunks);
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) \
     if (nthreads > 1 && chunks > 1)
     for (int64_t x = 0; x < chunks; x++) {
-        int64_t b = x / per, r0 = x % per * LINEAR_ROWS;
-        int64_t m = seq - r0 < LINEAR_ROWS ? seq - r0 : LINEAR_ROWS;
+        /* Chunk j of a sequence: strips [j * strips / per, (j + 1) *
+         * strips / per), the last cut at seq. strips <= 8 per (seq <=
+         * per * LINEAR_ROWS), so no chunk passes LINEAR_ROWS rows, what
+         * the bf16 scratch holds, and none is empty (per <= strips). */
+        int64_t b = x / per, j = x % per;
+        int64_t r0 = j * strips / per * LINEAR_STRIP;
+        int64_t r1 = (j + 1) * strips / per * LINEAR_STRIP;
+        int64_t m = (r1 < seq ? r1 : seq) - r0;
         if (l->dtype == MHA_BF16) {
             float *mine = tmp + project_scratch_floats(l) * omp_get_thread_num();
             project_bf16_rows(t, l, i, (const uint16_t *)a + b * ra.sb + r0 * ra.ss,
