@@ -209,11 +209,9 @@ START_TEST(allocator_blocks)
 }
 END_TEST
 
-/* A layer whose call keeps its workspace (engine/layer.c, ws_take):
- * util.h's ws_layer. */
-
-/* One forward over the first lk keys into out (3 x E floats); returns its
- * status and, in *allocs, the allocations it made. */
+/* One forward of util.h's ws_layer (a call whose workspace the layer
+ * keeps: engine/layer.c, ws_take) over the first lk keys into out (3 x E
+ * floats); returns its status and, in *allocs, the allocations it made. */
 static mha_status ws_forward(const mha_layer *l, const ws_layer *f,
                              int64_t lk, float *out, long *allocs)
 {
