@@ -68,14 +68,22 @@ static kv_rows rows_of(const mha_problem *p, const mha_row_block *rb,
 }
 
 /* How far ahead the kernels' fetch across kv heads may reach: two thirds
- * of L1 (32 KiB on a 48 KiB L1), never more than MK_HEADS_AHEAD_BYTES. A
- * kernel may fetch into L1 (the avx2 file's fp32 rows: 1.1x from DRAM with
- * 32 KiB into Zen 5's 48 KiB, docs/benchmarks.md); on a 32 KiB L1 that
- * distance would fill it. */
+ * of L1 (32 KiB on a 48 KiB L1), never more than MK_HEADS_AHEAD_BYTES. */
 static int64_t heads_ahead_bytes(void)
 {
     int64_t b = mha_cpu_l1d_bytes() / 3 * 2;
     return b < MK_HEADS_AHEAD_BYTES ? b : MK_HEADS_AHEAD_BYTES;
+}
+
+/* Whether that fetch may go into L1: only where the whole distance fits
+ * two thirds of it (48 KiB or more). Beside the block's queries or
+ * outputs (16 KiB for 32 fp32 heads at d = 128), a fetch into a 32 KiB
+ * L1 evicts the rows before they are read: [B, L, H, D] decode into L1
+ * read 0.5-0.7x its rate into L2 on Zen 4, where into L1 is 1.1-1.3x on
+ * Zen 5 (docs/benchmarks.md). */
+static int heads_fetch_into_l1(void)
+{
+    return mha_cpu_l1d_bytes() / 3 * 2 >= MK_HEADS_AHEAD_BYTES;
 }
 
 void mha_decode_scores(const mk_table *t, const mha_problem *p,
@@ -88,7 +96,7 @@ void mha_decode_scores(const mk_table *t, const mha_problem *p,
     int64_t more;
     kv_rows k = rows_of(p, rb, sc, 0, k0, nk, &more);
     mk_heads heads = {rb->kv_group, rb->k_hs, k.rows ? 1 : rb->ks_hs, more,
-                      heads_ahead_bytes()};
+                      heads_ahead_bytes(), heads_fetch_into_l1()};
     t->decode_qk(rb->q, rb->ldq, rb->rows, k.first, (mk_dtype)p->k_dtype,
                  p->k_ss, k.rows, k.scales, k.scales_ld, nk, p->d, sc->s,
                  rb->key_block, rb->kv_group ? &heads : NULL);
@@ -108,7 +116,7 @@ void mha_decode_step(const mk_table *t, const mha_problem *p,
     int64_t more;
     kv_rows v = rows_of(p, rb, sc, 1, k0, nk, &more);
     mk_heads heads = {rb->kv_group, rb->v_hs, v.rows ? 1 : rb->vs_hs, more,
-                      heads_ahead_bytes()};
+                      heads_ahead_bytes(), heads_fetch_into_l1()};
     t->decode_pv(sc->s, bk, rb->rows, nk, v.first, (mk_dtype)p->v_dtype,
                  p->v_ss, v.rows, v.scales, v.scales_ld, p->dv, sc->alpha, o,
                  p->dv, rb->kv_group ? &heads : NULL);

@@ -19,14 +19,14 @@
  *   pv_rows(R, pk, row, t, dv, o, ldo, pf)
  *       o rows i < R += pk[i] times the value row, one FMA per element,
  *       fetching the run pf (unless NULL) as it goes
- *   prefetch_run(run, bytes)
- *       fetch a run of bytes ahead (grouped rows)
- *   prefetch_run_near(run, bytes)
+ *   prefetch_run(run, bytes, l1)
+ *       fetch a run of bytes ahead (grouped rows); l1 is mk_heads.into_l1
+ *   prefetch_run_near(run, bytes, l1)
  *       the same for one query row per kv head without the spread fetch,
- *       into L1
+ *       into L1 when l1 allows, else into L2
  *   code_factor(t)
  *       what its loads leave to undo per row (E4M3's 2^-8, or 1)
- *   spread_fetch(t)
+ *   spread_fetch(t, l1)
  *       whether one query row per kv head takes keys_dot_n and the fetch
  *       spread over pv_rows's chunks (else rows_dot per head and the run
  *       fetched before each head's work, by prefetch_run_near; grouped
@@ -128,7 +128,7 @@ INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
         const char *ahead =
             fetch_ahead(k, ldk, k_rows, es, j, n + h->more, dist);
         const float *sj = mk_dtype_scaled(t) ? ks + j * ks_ld : NULL;
-        if (G == 1 && spread_fetch(t)) { /* MK_KEYS_DOT heads at once */
+        if (G == 1 && spread_fetch(t, h->into_l1)) { /* MK_KEYS_DOT heads */
             for (int64_t i = 0; i < m; i += MK_KEYS_DOT)
                 keys_dot_n(m - i < MK_KEYS_DOT ? m - i : MK_KEYS_DOT,
                            q + i * ldq, ldq, row + i * hb, (ptrdiff_t)hb, t,
@@ -139,9 +139,10 @@ INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
         }
         for (int64_t g = 0, i = 0; i < m; g++, i += group) {
             if (ahead && G == 1)
-                prefetch_run_near(ahead + g * hb, (size_t)d * es);
+                prefetch_run_near(ahead + g * hb, (size_t)d * es,
+                                  h->into_l1);
             else if (ahead)
-                prefetch_run(ahead + g * hb, (size_t)d * es);
+                prefetch_run(ahead + g * hb, (size_t)d * es, h->into_l1);
             if (G > 0) /* whole kv heads (MK_HEADS_GROUP_SWITCH) */
                 rows_dot(q + i * ldq, ldq, G, row + g * hb, t,
                          sj ? sj[g * h->scale_ld] : 1.0f, d,
@@ -176,13 +177,14 @@ INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
             /* One row per kv head: the fetch spread over pv_rows's
              * chunks; grouped rows: the run before them (spread, the
              * grouped rows read 0.85-0.93x, docs/benchmarks.md). */
-            const char *pf = G == 1 && spread_fetch(t)
+            const char *pf = G == 1 && spread_fetch(t, h->into_l1)
                                  ? (ahead ? ahead : row) + g * hb
                                  : NULL;
             if (!pf && ahead && G == 1)
-                prefetch_run_near(ahead + g * hb, (size_t)dv * es);
+                prefetch_run_near(ahead + g * hb, (size_t)dv * es,
+                                  h->into_l1);
             else if (!pf && ahead)
-                prefetch_run(ahead + g * hb, (size_t)dv * es);
+                prefetch_run(ahead + g * hb, (size_t)dv * es, h->into_l1);
             const int64_t nr = m - i0 < group ? m - i0 : group;
             /* A scaled row's probability takes its scale (and the code
              * factor, exact): one multiply per key and row. */

@@ -44,4 +44,20 @@ mk_fetch_rest(const char *pf, size_t b0, size_t row_bytes)
     __builtin_prefetch(pf + row_bytes - 1, 0, MK_FETCH_LOCALITY);
 }
 
+/* A run of bytes ahead, whole: into L1 (l1 nonzero: mk_heads.into_l1)
+ * line by line, or into L2 with its last line too (an unaligned run's),
+ * as the files' prefetch_row. */
+static inline __attribute__((always_inline)) void
+mk_fetch_run(const char *run, size_t bytes, int l1)
+{
+    if (l1) {
+        for (size_t off = 0; off < bytes; off += 64)
+            __builtin_prefetch(run + off, 0, 3);
+    } else {
+        for (size_t off = 0; off < bytes; off += 64)
+            __builtin_prefetch(run + off, 0, 2);
+        __builtin_prefetch(run + bytes - 1, 0, 2);
+    }
+}
+
 #endif

@@ -480,11 +480,14 @@ static void decode_pv_same(const same_ctx *cx, test_rng *r)
  * then a short group. tight (TIGHT_Q, TIGHT_HEADS or both): nothing pads
  * the query rows, or the heads and positions; both is the geometry of a
  * [B, L, H, D] cache that the decode files give constant strides at d = 64
- * and 128 (keys_dot_n), one alone must not take them. Every score and
- * output is bitwise the one of a call per kv head. */
+ * and 128 (keys_dot_n), one alone must not take them. into_l1: the
+ * mk_heads field that picks where the kernels fetch ahead (and, on avx2,
+ * whether fp32 spreads that fetch): a hint, which must not change a value.
+ * Every score and output is bitwise the one of a call per kv head. */
 enum { TIGHT_Q = 1, TIGHT_HEADS = 2 };
-static void decode_heads_same(const same_ctx *cx, test_rng *r, int64_t group,
-                              int short_last, int tight)
+static void decode_heads_same_at(const same_ctx *cx, test_rng *r,
+                                 int64_t group, int short_last, int tight,
+                                 int into_l1)
 {
     const int64_t G = group == 1 ? 11 : 5,
                   m = G * group - (short_last ? 1 : 0), n = 70,
@@ -504,7 +507,7 @@ static void decode_heads_same(const same_ctx *cx, test_rng *r, int64_t group,
     float *s_one = test_alloc((size_t)(m * n) * sizeof *s_one);
     float *o_all = test_alloc(no * sizeof *o_all);
     float *o_one = test_alloc(no * sizeof *o_one);
-    mk_heads h = {group, hld, 1, 0, 0};
+    mk_heads h = {group, hld, 1, 0, 0, into_l1};
     cx->tb->decode_qk(q, ldq, m, kv, cx->t, ld, NULL, sc, G, n, w, s_all, n,
                       &h);
     memcpy(o_all, o0, no * sizeof *o0);
@@ -523,13 +526,14 @@ static void decode_heads_same(const same_ctx *cx, test_rng *r, int64_t group,
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++)
             REQUIRE(same_value(s_all[i * n + j], s_one[i * n + j]),
-                    "decode_qk [%s] %s d %lld across %lld heads of %lld rows: "
-                    "s[%lld][%lld] = %a, %a in a call per head", cx->isa,
-                    DTYPE_NAME[cx->t], (long long)w, (long long)G,
-                    (long long)group, (long long)i, (long long)j,
+                    "decode_qk [%s] %s d %lld across %lld heads of %lld rows "
+                    "(into_l1 %d): s[%lld][%lld] = %a, %a in a call per head",
+                    cx->isa, DTYPE_NAME[cx->t], (long long)w, (long long)G,
+                    (long long)group, into_l1, (long long)i, (long long)j,
                     (double)s_all[i * n + j], (double)s_one[i * n + j]);
     char how[64];
-    snprintf(how, sizeof how, "across heads of %lld rows", (long long)group);
+    snprintf(how, sizeof how, "across heads of %lld rows (into_l1 %d)",
+             (long long)group, into_l1);
     expect_same_rows(cx, how, o_all, o_one, m, 0, w, ldo, "in a call per head");
 
     /* Through a row table (head 0's rows, in a shuffled order; a paged
@@ -574,16 +578,23 @@ static void decode_heads_same(const same_ctx *cx, test_rng *r, int64_t group,
         for (int64_t j = 0; j < n; j++)
             REQUIRE(same_value(s_all[i * n + j], s_one[i * n + j]),
                     "decode_qk [%s] %s d %lld across %lld heads of %lld rows "
-                    "through a row table: s[%lld][%lld] = %a, %a in a call "
-                    "per head", cx->isa, DTYPE_NAME[cx->t], (long long)w,
-                    (long long)G, (long long)group, (long long)i,
-                    (long long)j, (double)s_all[i * n + j],
+                    "(into_l1 %d) through a row table: s[%lld][%lld] = %a, "
+                    "%a in a call per head", cx->isa, DTYPE_NAME[cx->t],
+                    (long long)w, (long long)G, (long long)group, into_l1,
+                    (long long)i, (long long)j, (double)s_all[i * n + j],
                     (double)s_one[i * n + j]);
     expect_same_rows(cx, how, o_all, o_one, m, 0, w, ldo,
                      "in a call per head, through row tables");
     free(tab), free(htab), free(tsc), free(junk);
     free(q), free(sc), free(kv), free(p), free(alpha), free(o0);
     free(s_all), free(s_one), free(o_all), free(o_one);
+}
+
+static void decode_heads_same(const same_ctx *cx, test_rng *r, int64_t group,
+                              int short_last, int tight)
+{
+    decode_heads_same_at(cx, r, group, short_last, tight, 0);
+    decode_heads_same_at(cx, r, group, short_last, tight, 1);
 }
 
 START_TEST(decode_deterministic)

@@ -23,7 +23,8 @@
 /* The spread fetch (fp32 across kv heads only, spread_fetch) into L1:
  * with the engine's distance (two thirds of L1, mk_heads.ahead_bytes)
  * [B, L, H, D] fp32 (1,32,1,4096,128) read 1.10x, paged 1.07x, B8 0.99x
- * over L2 (Zen 5, docs/benchmarks.md). */
+ * over L2 (Zen 5, docs/benchmarks.md). Only where mk_heads.into_l1 says
+ * L1 has room. */
 #define MK_FETCH_LOCALITY 3
 #include "fetch_step.h"
 
@@ -45,20 +46,22 @@ INLINE void prefetch_row(const char *row, size_t row_bytes)
     _mm_prefetch(row + row_bytes - 1, _MM_HINT_T1);
 }
 
-/* A kv head's row of a position MK_HEADS_AHEAD positions on, into L1
- * (decode_heads.h spreads them over the heads' work): 8 positions ahead
- * fit it (32 KiB of fp32 at d = 128 and 8 kv heads), and paged fp32
- * decode measured 1.15-1.25x with T0 over T1 (docs/benchmarks.md). */
-INLINE void prefetch_run(const char *run, size_t run_bytes)
+/* A kv head's row of a position up to MK_HEADS_AHEAD positions on
+ * (decode_heads.h spreads them over the heads' work), into L1 where it
+ * has room (l1: mk_heads.into_l1): paged fp32 decode measured 1.15-1.25x
+ * with T0 over T1 on Zen 5's 48 KiB L1. Into a 32 KiB L1 the rows were
+ * evicted before use: into L2, [B, L, H, D] (1,32,1,4096,128) read 1.9x
+ * (16-bit) on Zen 4 (docs/benchmarks.md). */
+INLINE void prefetch_run(const char *run, size_t run_bytes, int l1)
 {
-    for (size_t off = 0; off < run_bytes; off += 64)
-        _mm_prefetch(run + off, _MM_HINT_T0);
+    mk_fetch_run(run, run_bytes, l1);
 }
 
-/* One query row per kv head unspread (every type but fp32): the same. */
-INLINE void prefetch_run_near(const char *run, size_t run_bytes)
+/* One query row per kv head unspread (every type but fp32 where L1 has
+ * room, every type where not): the same. */
+INLINE void prefetch_run_near(const char *run, size_t run_bytes, int l1)
 {
-    prefetch_run(run, run_bytes);
+    prefetch_run(run, run_bytes, l1);
 }
 
 /* What load8 leaves to undo per row: E4M3 loads as its value times 2^-8. */
@@ -290,13 +293,16 @@ INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
         mk_fetch_rest(pf, (size_t)c * es, (size_t)dv * es);
 }
 
-/* fp32 spreads its fetch across heads (one query row per kv head): with
- * the cache in L3 1.2x, from DRAM 1.0-1.06x; the 16-bit and 8-bit types
- * measured level or slower that way on this table's kernels and keep the
- * run fetched into L1 before each head's work (docs/benchmarks.md). */
-INLINE int spread_fetch(mk_dtype t)
+/* fp32 spreads its fetch across heads (one query row per kv head) into
+ * L1: with the cache in L3 1.2x, from DRAM 1.0-1.06x; the 16-bit and
+ * 8-bit types measured level or slower that way on this table's kernels
+ * and keep the run fetched before each head's work (docs/benchmarks.md).
+ * Where L1 has no room (l1 = 0), fp32 does so too, into L2: from DRAM
+ * 1.4-1.5x over the spread into L1 and 1.05x over the spread into L2
+ * (Zen 4). */
+INLINE int spread_fetch(mk_dtype t, int l1)
 {
-    return t == MK_F32;
+    return t == MK_F32 && l1;
 }
 
 #include "decode_heads.h"

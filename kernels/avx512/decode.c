@@ -394,27 +394,30 @@ INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
 
 /* Grouped rows fetch each kv head's run ahead into L2: into L1 their
  * 16-bit rows read 0.90-0.95x (docs/benchmarks.md). */
-INLINE void prefetch_run(const char *run, size_t run_bytes)
+INLINE void prefetch_run(const char *run, size_t run_bytes, int l1)
 {
+    (void)l1;
     prefetch_row(run, run_bytes);
 }
 
 /* One query row per kv head of a 16-bit cache: the head's run (4 lines
- * at d = 128) into L1 before the head's work, as the avx2 kernels fetch
- * theirs. Against the spread fetch into L2, [B, L, H, D] (8,32,1,2048,128)
- * fp16 read 1.28x and (1,32,1,4096,128) 1.08-1.14x in three builds of
- * different code layout (1T, Zen 5, docs/benchmarks.md). */
-INLINE void prefetch_run_near(const char *run, size_t run_bytes)
+ * at d = 128) before the head's work, as the avx2 kernels fetch theirs,
+ * into L1 where it has room (l1: mk_heads.into_l1). Against the spread
+ * fetch into L2, [B, L, H, D] (8,32,1,2048,128) fp16 read 1.28x and
+ * (1,32,1,4096,128) 1.08-1.14x in three builds of different code layout
+ * (1T, Zen 5); into Zen 4's 32 KiB L1 0.5x, so there into L2
+ * (docs/benchmarks.md). */
+INLINE void prefetch_run_near(const char *run, size_t run_bytes, int l1)
 {
-    for (size_t off = 0; off < run_bytes; off += 64)
-        _mm_prefetch(run + off, _MM_HINT_T0);
+    mk_fetch_run(run, run_bytes, l1);
 }
 
 /* The 8-bit types spread their fetch across heads (one query row per kv
  * head: 4 KiB runs of 32 heads, read FMA-bound); the 16-bit ones fetch
  * per head (prefetch_run_near). */
-INLINE int spread_fetch(mk_dtype t)
+INLINE int spread_fetch(mk_dtype t, int l1)
 {
+    (void)l1;
     return t != MK_F16 && t != MK_BF16;
 }
 
