@@ -16,9 +16,10 @@
  *       row per kv head; times sc[i * sc_step] when t is scaled), i < R
  *       (a constant, at most MK_KEYS_DOT), fetching the runs
  *       pf + i * pf_step as it goes
- *   pv_rows(R, pk, row, t, dv, o, ldo, pf)
- *       o rows i < R += pk[i] times the value row, one FMA per element,
- *       fetching the run pf (unless NULL) as it goes
+ *   pv_keys(K, R, pk, rows, t, dv, o, ldo, pf)
+ *       o rows i < R += pk[k][i] times value row rows[k] for the K (1 or
+ *       2, a constant) keys k in key order, one FMA per key and element,
+ *       fetching the runs pf[k] (unless pf is NULL) as it goes
  *   prefetch_run(run, bytes, l1)
  *       fetch a run of bytes ahead (grouped rows); l1 is mk_heads.into_l1
  *   prefetch_run_near(run, bytes, l1)
@@ -28,7 +29,7 @@
  *       what its loads leave to undo per row (E4M3's 2^-8, or 1)
  *   spread_fetch(t, l1)
  *       whether one query row per kv head takes keys_dot_n and the fetch
- *       spread over pv_rows's chunks (else rows_dot per head and the run
+ *       spread over pv_keys's chunks (else rows_dot per head and the run
  *       fetched before each head's work, by prefetch_run_near; grouped
  *       rows always so, by prefetch_run)
  * and INLINE and MK_KEYS_DOT (the rows keys_dot takes at once). A kernel with nothing to fetch is given the row in use as
@@ -39,7 +40,7 @@
 
 /* The fetch ahead, heads_ahead positions on, spread: each kv head's
  * row of the position ahead is fetched with the head's own work on the
- * current position (a line per chunk of it, in keys_dot_n and pv_rows;
+ * current position (a line per chunk of it, in keys_dot_n and pv_keys;
  * before it in the grouped rows_dot loop), not the position's whole run
  * at once. A burst of
  * one prefetch per line of the run (64 for 4 KiB of fp32 heads) stalls on
@@ -155,10 +156,67 @@ INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
     }
 }
 
+/* Keys j .. j + K - 1 (K = 1 or 2) of every head into the caller's
+ * accumulator: per head, pv_keys takes the K keys' value rows at once, so
+ * the head's output chunk is loaded and stored once for them, and its
+ * elements still take one FMA per key in key order. */
+INLINE void pv_heads_keys(const int K, const int G, const float *p,
+                          ptrdiff_t ldp, int64_t m, int64_t n, int64_t j,
+                          const void *v, mk_dtype t, ptrdiff_t ldv,
+                          const void *const *v_rows, const float *vs,
+                          ptrdiff_t vs_ld, int64_t dv, float *o,
+                          ptrdiff_t ldo, const mk_heads *h, int64_t dist)
+{
+    const size_t es = mk_dtype_size(t);
+    const int64_t group = G > 0 ? G : h->group;
+    const size_t hb = (size_t)h->ld * es;
+    const int spread = G == 1 && spread_fetch(t, h->into_l1);
+    const char *row[2], *ahead[2];
+    for (int k = 0; k < K; k++) {
+        row[k] = mk_decode_row(v, ldv, v_rows, es, j + k);
+        ahead[k] = fetch_ahead(v, ldv, v_rows, es, j + k, n + h->more, dist);
+    }
+    for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += group) {
+        /* One row per kv head: the fetch spread over pv_keys's chunks;
+         * grouped rows: the run before them (spread, the grouped rows
+         * read 0.85-0.93x, docs/benchmarks.md). */
+        const char *rg[2], *pf[2];
+        for (int k = 0; k < K; k++) {
+            rg[k] = row[k] + g * hb;
+            pf[k] = (ahead[k] ? ahead[k] : row[k]) + g * hb;
+            if (!spread && ahead[k] && G == 1)
+                prefetch_run_near(pf[k], (size_t)dv * es, h->into_l1);
+            else if (!spread && ahead[k])
+                prefetch_run(pf[k], (size_t)dv * es, h->into_l1);
+        }
+        const int64_t nr = m - i0 < group ? m - i0 : group;
+        /* A scaled row's probability takes its scale (and the code
+         * factor, exact): one multiply per key and row. */
+        float pk[2][MK_DECODE_ROWS] = {{0}}; /* (gcc cannot see nr == G) */
+        for (int k = 0; k < K; k++)
+            for (int64_t i = 0; i < nr; i++)
+                pk[k][i] = mk_dtype_scaled(t)
+                               ? p[(i0 + i) * ldp + j + k] *
+                                     vs[(j + k) * vs_ld + g * h->scale_ld] *
+                                     code_factor(t)
+                               : p[(i0 + i) * ldp + j + k];
+        if (G > 0) /* whole kv heads (MK_HEADS_GROUP_SWITCH) */
+            pv_keys(K, G, (const float(*)[MK_DECODE_ROWS])pk, rg, t, dv,
+                    o + i0 * ldo, ldo, spread ? pf : NULL);
+        else
+            pv_keys(K, nr, (const float(*)[MK_DECODE_ROWS])pk, rg, t, dv,
+                    o + i0 * ldo, ldo, spread ? pf : NULL);
+    }
+}
+
 /* The output rows of every head in the caller's accumulator (alpha
- * already applied), one FMA per key in key order. (Taking 4 or 8 keys per
- * head at a time, the output chunk in a register across them, measured
- * level or slower: docs/benchmarks.md.) */
+ * already applied): grouped rows and 8-bit types two keys at a time
+ * (pv_heads_keys), one query row per kv head of fp32 or 16-bit one at a
+ * time. A value row read for several rows, or widened at a cost, is
+ * bound by the output rows' loads and stores, which pairs halve: 1.07-1.22x
+ * on Zen 4 (whose 512-bit stores take two cycles); one fp32 or 16-bit row
+ * per kv head is bound by memory, and pairs there fetched worse (0.83-1.0x;
+ * 4 or 8 keys at a time measured level on Zen 5; docs/benchmarks.md). */
 INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
                             int64_t m, int64_t n, const void *v, mk_dtype t,
                             ptrdiff_t ldv, const void *const *v_rows,
@@ -167,40 +225,15 @@ INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
 {
     const size_t es = mk_dtype_size(t);
     const int64_t group = G > 0 ? G : h->group;
-    const size_t hb = (size_t)h->ld * es;
-    const int64_t dist = heads_ahead(m, group, hb, h);
-    for (int64_t j = 0; j < n; j++) {
-        const char *row = mk_decode_row(v, ldv, v_rows, es, j);
-        const char *ahead =
-            fetch_ahead(v, ldv, v_rows, es, j, n + h->more, dist);
-        for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += group) {
-            /* One row per kv head: the fetch spread over pv_rows's
-             * chunks; grouped rows: the run before them (spread, the
-             * grouped rows read 0.85-0.93x, docs/benchmarks.md). */
-            const char *pf = G == 1 && spread_fetch(t, h->into_l1)
-                                 ? (ahead ? ahead : row) + g * hb
-                                 : NULL;
-            if (!pf && ahead && G == 1)
-                prefetch_run_near(ahead + g * hb, (size_t)dv * es,
-                                  h->into_l1);
-            else if (!pf && ahead)
-                prefetch_run(ahead + g * hb, (size_t)dv * es, h->into_l1);
-            const int64_t nr = m - i0 < group ? m - i0 : group;
-            /* A scaled row's probability takes its scale (and the code
-             * factor, exact): one multiply per key and row. */
-            float pk[MK_DECODE_ROWS] = {0}; /* (gcc cannot see nr == G) */
-            for (int64_t i = 0; i < nr; i++)
-                pk[i] = mk_dtype_scaled(t)
-                            ? p[(i0 + i) * ldp + j] *
-                                  vs[j * vs_ld + g * h->scale_ld] *
-                                  code_factor(t)
-                            : p[(i0 + i) * ldp + j];
-            if (G > 0) /* whole kv heads (MK_HEADS_GROUP_SWITCH) */
-                pv_rows(G, pk, row + g * hb, t, dv, o + i0 * ldo, ldo, pf);
-            else
-                pv_rows(nr, pk, row + g * hb, t, dv, o + i0 * ldo, ldo, pf);
-        }
-    }
+    const int64_t dist = heads_ahead(m, group, (size_t)h->ld * es, h);
+    int64_t j = 0;
+    if (G != 1 || mk_dtype_size(t) == 1)
+        for (; j + 2 <= n; j += 2)
+            pv_heads_keys(2, G, p, ldp, m, n, j, v, t, ldv, v_rows, vs,
+                          vs_ld, dv, o, ldo, h, dist);
+    for (; j < n; j++)
+        pv_heads_keys(1, G, p, ldp, m, n, j, v, t, ldv, v_rows, vs, vs_ld,
+                      dv, o, ldo, h, dist);
 }
 
 /* The entry points: the across-heads loops with the group a constant when

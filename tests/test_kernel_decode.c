@@ -475,7 +475,8 @@ static void decode_pv_same(const same_ctx *cx, test_rng *r)
  * (with short, the last head's group one row short: the kernels' runtime
  * path; whole heads of 1, 2, 4 or 8 rows take their constant-group loops),
  * keys [n][G] at head stride hld (a [B, L, H, D] position with padding),
- * a scale per (key, head). One row per kv head takes 11 heads: the
+ * a scale per (key, head); n odd, so the value pass takes its keys two at
+ * a time and then one. One row per kv head takes 11 heads: the
  * kernels' several-heads-at-once dot (MK_KEYS_DOT heads, 8 on avx512)
  * then a short group. tight (TIGHT_Q, TIGHT_HEADS or both): nothing pads
  * the query rows, or the heads and positions; both is the geometry of a
@@ -490,7 +491,7 @@ static void decode_heads_same_at(const same_ctx *cx, test_rng *r,
                                  int into_l1)
 {
     const int64_t G = group == 1 ? 11 : 5,
-                  m = G * group - (short_last ? 1 : 0), n = 70,
+                  m = G * group - (short_last ? 1 : 0), n = 71,
                   w = cx->width;
     const int th = (tight & TIGHT_HEADS) != 0;
     const ptrdiff_t hld = th ? w : w + 2, ld = G * hld + (th ? 0 : 5),
@@ -548,7 +549,7 @@ static void decode_heads_same_at(const same_ctx *cx, test_rng *r,
     char *junk = test_alloc((size_t)(MORE * ld) * es);
     memset(junk, 0x7F, (size_t)(MORE * ld) * es);
     for (int64_t j = 0; j < n; j++) {
-        int64_t at = (j * 29 + 11) % n; /* 29 and 70 coprime */
+        int64_t at = (j * 29 + 11) % n; /* 29 and 71 coprime */
         tab[j] = kv + (size_t)(at * ld) * es;
         for (int64_t g = 0; tsc && g < G; g++)
             tsc[j * G + g] = sc[at * G + g];

@@ -239,6 +239,52 @@ START_TEST(linear_edges)
 }
 END_TEST
 
+/* A depth past the layer E = 1024's (1100), against the oracle at
+ * TOL_REF and, on the tables built on tile_driver.h's linear (avx2,
+ * avx512, avx512bf16), bitwise against the chain their tiles promise
+ * (kernels/avx2/tile_6x16.h, kernels/avx512/tile.h): the sum in order of
+ * depth, one FMA per step, then the bias; in scalar fmaf here. Any
+ * reordering of the depth (split chains, blocking that does not continue
+ * the stored sum) changes bits. */
+START_TEST(linear_deep_in_order)
+{
+    table_set ts;
+    get_tables(&ts);
+    test_rng r;
+    rng_seed(&r, 53);
+    enum { M = 19, N = 70, K = 1100 };
+    linear_case(&ts, M, N, K, 1, &r);
+    float *a = random_floats(&r, (size_t)M * K);
+    float *w = random_floats(&r, (size_t)N * K);
+    float *bias = random_floats(&r, N);
+    float *want = test_alloc((size_t)M * N * sizeof *want);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            float acc = 0.0f;
+            for (int64_t p = 0; p < K; p++)
+                acc = fmaf(a[i * K + p], w[j * K + p], acc);
+            want[i * N + j] = acc + bias[j];
+        }
+    for (int x = 0; x < ts.n; x++) {
+        const char *isa = mha_isa_name(ts.isa[x]);
+        if (strcmp(isa, "avx2") && strcmp(isa, "avx512") &&
+            strcmp(isa, "avx512bf16"))
+            continue;
+        const mk_table *t = &ts.t[x];
+        float *wp = out_buffer(t->packed_floats(N, K));
+        t->pack(w, K, N, K, wp);
+        float *c = out_buffer((size_t)M * N);
+        t->linear(a, K, M, wp, N, K, bias, c, N);
+        for (int64_t i = 0; i < M * N; i++)
+            REQUIRE(memcmp(&c[i], &want[i], sizeof c[i]) == 0,
+                    "linear [%s] k %d: c[%lld][%lld] = %a, the in-order FMA "
+                    "chain gives %a", isa, K, (long long)(i / N),
+                    (long long)(i % N), (double)c[i], (double)want[i]);
+        free(wp), free(c);
+    }
+    free(a), free(w), free(bias), free(want);
+}
+END_TEST
 
 /* ---- Half-precision conversions --------------------------------------- */
 
@@ -495,6 +541,7 @@ Suite *suite_kernels(void)
     tcase_add_test(tc, pv_edges);
     tcase_add_test(tc, normalize_edges);
     tcase_add_test(tc, linear_edges);
+    tcase_add_test(tc, linear_deep_in_order);
     tcase_add_test(tc, cvt_f16_exhaustive);
     tcase_add_test(tc, cvt_bf16_exhaustive);
     tcase_add_test(tc, broadcast_input_rows);

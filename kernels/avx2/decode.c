@@ -249,48 +249,63 @@ INLINE void rows_dot(const float *q, ptrdiff_t ldq, int64_t m,
     }
 }
 
-/* o rows i < R += pk[i] times value row rg (dv wide), one FMA per
- * element. */
-INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
-                    int64_t dv, float *o, ptrdiff_t ldo, const char *pf)
+/* o rows i < R += pk[k][i] times value row rg[k], for the K (1 or 2)
+ * keys k in key order (dv wide): one FMA per key and element, the output
+ * chunk in a register across the keys, so K keys load and store it once
+ * (the fetch runs pf[k] spread over the chunks unless pf is NULL). */
+INLINE void pv_keys(const int K, int64_t R,
+                    const float (*pk)[MK_DECODE_ROWS],
+                    const char *const *rg, mk_dtype t, int64_t dv, float *o,
+                    ptrdiff_t ldo, const char *const *pf)
 {
     const size_t es = mk_dtype_size(t);
     const int64_t full = dv / 8 * 8;
     int64_t c = 0;
     for (; c + 16 <= full; c += 16) {
-        if (pf)
-            mk_fetch_step(pf, (size_t)c * es, 16 * es);
-        __m256 x0, x1;
-        load16(rg, t, c, &x0, &x1);
+        __m256 x0[2], x1[2];
+        for (int k = 0; k < K; k++) {
+            if (pf)
+                mk_fetch_step(pf[k], (size_t)c * es, 16 * es);
+            load16(rg[k], t, c, &x0[k], &x1[k]);
+        }
         for (int64_t i = 0; i < R; i++) {
             float *oi = o + i * ldo + c;
-            _mm256_storeu_ps(oi, _mm256_fmadd_ps(_mm256_set1_ps(pk[i]), x0,
-                                                 _mm256_loadu_ps(oi)));
-            _mm256_storeu_ps(oi + 8,
-                             _mm256_fmadd_ps(_mm256_set1_ps(pk[i]), x1,
-                                             _mm256_loadu_ps(oi + 8)));
+            __m256 a0 = _mm256_loadu_ps(oi), a1 = _mm256_loadu_ps(oi + 8);
+            for (int k = 0; k < K; k++) {
+                a0 = _mm256_fmadd_ps(_mm256_set1_ps(pk[k][i]), x0[k], a0);
+                a1 = _mm256_fmadd_ps(_mm256_set1_ps(pk[k][i]), x1[k], a1);
+            }
+            _mm256_storeu_ps(oi, a0);
+            _mm256_storeu_ps(oi + 8, a1);
         }
     }
     for (; c < full; c += 8) {
-        __m256 x = load8(rg, t, c);
+        __m256 x[2];
+        for (int k = 0; k < K; k++)
+            x[k] = load8(rg[k], t, c);
         for (int64_t i = 0; i < R; i++) {
             float *oi = o + i * ldo + c;
-            _mm256_storeu_ps(oi, _mm256_fmadd_ps(_mm256_set1_ps(pk[i]), x,
-                                                 _mm256_loadu_ps(oi)));
+            __m256 a = _mm256_loadu_ps(oi);
+            for (int k = 0; k < K; k++)
+                a = _mm256_fmadd_ps(_mm256_set1_ps(pk[k][i]), x[k], a);
+            _mm256_storeu_ps(oi, a);
         }
     }
     if (full < dv) {
         const __m256i tail = lanes(dv - full);
-        __m256 x = load_tail(rg, t, full, dv - full);
+        __m256 x[2];
+        for (int k = 0; k < K; k++)
+            x[k] = load_tail(rg[k], t, full, dv - full);
         for (int64_t i = 0; i < R; i++) {
             float *oi = o + i * ldo + full;
-            _mm256_maskstore_ps(oi, tail,
-                                _mm256_fmadd_ps(_mm256_set1_ps(pk[i]), x,
-                                                _mm256_maskload_ps(oi, tail)));
+            __m256 a = _mm256_maskload_ps(oi, tail);
+            for (int k = 0; k < K; k++)
+                a = _mm256_fmadd_ps(_mm256_set1_ps(pk[k][i]), x[k], a);
+            _mm256_maskstore_ps(oi, tail, a);
         }
     }
-    if (pf)
-        mk_fetch_rest(pf, (size_t)c * es, (size_t)dv * es);
+    for (int k = 0; pf && k < K; k++)
+        mk_fetch_rest(pf[k], (size_t)c * es, (size_t)dv * es);
 }
 
 /* fp32 spreads its fetch across heads (one query row per kv head) into

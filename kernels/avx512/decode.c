@@ -342,10 +342,15 @@ INLINE void rows_dot(const float *q, ptrdiff_t ldq, int64_t m,
     }
 }
 
-/* o rows i < R += pk[i] times value row rg (dv wide), one FMA per
- * element (pv_chunk's for one key). */
-INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
-                    int64_t dv, float *o, ptrdiff_t ldo, const char *pf)
+/* o rows i < R += pk[k][i] times value row rg[k], for the K (1 or 2)
+ * keys k in key order (dv wide): one FMA per key and element (pv_chunk's
+ * for one key), the output chunk in a register across the keys, so K
+ * keys load and store it once (the fetch runs pf[k] spread over the
+ * chunks unless pf is NULL). */
+INLINE void pv_keys(const int K, int64_t R,
+                    const float (*pk)[MK_DECODE_ROWS],
+                    const char *const *rg, mk_dtype t, int64_t dv, float *o,
+                    ptrdiff_t ldo, const char *const *pf)
 {
     const size_t es = mk_dtype_size(t);
     const int64_t full = dv / 16 * 16;
@@ -354,42 +359,53 @@ INLINE void pv_rows(int64_t R, const float *pk, const char *rg, mk_dtype t,
 #ifdef MK_AVX512_VBMI
     if (t == MK_FP8_E4M3) /* 64 codes per lookup (dot_rows) */
         for (; c + 64 <= full; c += 64) {
-            if (pf)
-                mk_fetch_step(pf, (size_t)c, 64);
-            __m512 x4[4];
-            e4m3_to_f32x4(_mm512_loadu_si512((const int8_t *)rg + c), x4);
+            __m512 x4[2][4];
+            for (int k = 0; k < K; k++) {
+                if (pf)
+                    mk_fetch_step(pf[k], (size_t)c, 64);
+                e4m3_to_f32x4(_mm512_loadu_si512((const int8_t *)rg[k] + c),
+                              x4[k]);
+            }
             for (int x = 0; x < 4; x++)
                 for (int64_t i = 0; i < R; i++) {
                     float *oi = o + i * ldo + c + 16 * x;
-                    _mm512_storeu_ps(oi,
-                                     _mm512_fmadd_ps(_mm512_set1_ps(pk[i]),
-                                                     x4[x],
-                                                     _mm512_loadu_ps(oi)));
+                    __m512 a = _mm512_loadu_ps(oi);
+                    for (int k = 0; k < K; k++)
+                        a = _mm512_fmadd_ps(_mm512_set1_ps(pk[k][i]),
+                                            x4[k][x], a);
+                    _mm512_storeu_ps(oi, a);
                 }
         }
 #endif
     for (; c < full; c += 16) {
-        if (pf)
-            mk_fetch_step(pf, (size_t)c * es, 16 * es);
-        __m512 x = load16(rg, t, c, 1, 0);
+        __m512 x[2];
+        for (int k = 0; k < K; k++) {
+            if (pf)
+                mk_fetch_step(pf[k], (size_t)c * es, 16 * es);
+            x[k] = load16(rg[k], t, c, 1, 0);
+        }
         for (int64_t i = 0; i < R; i++) {
             float *oi = o + i * ldo + c;
-            _mm512_storeu_ps(oi, _mm512_fmadd_ps(_mm512_set1_ps(pk[i]), x,
-                                                 _mm512_loadu_ps(oi)));
+            __m512 a = _mm512_loadu_ps(oi);
+            for (int k = 0; k < K; k++)
+                a = _mm512_fmadd_ps(_mm512_set1_ps(pk[k][i]), x[k], a);
+            _mm512_storeu_ps(oi, a);
         }
     }
     if (tail) {
-        __m512 x = load16(rg, t, full, 0, tail);
+        __m512 x[2];
+        for (int k = 0; k < K; k++)
+            x[k] = load16(rg[k], t, full, 0, tail);
         for (int64_t i = 0; i < R; i++) {
             float *oi = o + i * ldo + full;
-            _mm512_mask_storeu_ps(
-                oi, tail,
-                _mm512_fmadd_ps(_mm512_set1_ps(pk[i]), x,
-                                _mm512_maskz_loadu_ps(tail, oi)));
+            __m512 a = _mm512_maskz_loadu_ps(tail, oi);
+            for (int k = 0; k < K; k++)
+                a = _mm512_fmadd_ps(_mm512_set1_ps(pk[k][i]), x[k], a);
+            _mm512_mask_storeu_ps(oi, tail, a);
         }
     }
-    if (pf)
-        mk_fetch_rest(pf, (size_t)c * es, (size_t)dv * es);
+    for (int k = 0; pf && k < K; k++)
+        mk_fetch_rest(pf[k], (size_t)c * es, (size_t)dv * es);
 }
 
 /* Grouped rows fetch each kv head's run ahead into L2: into L1 their
