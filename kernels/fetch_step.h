@@ -8,12 +8,27 @@
 #define MK_FETCH_STEP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* The cache level the including file fetches into, as
  * __builtin_prefetch's locality: 2 (L2, T1) unless it says 3 (L1, T0). */
 #ifndef MK_FETCH_LOCALITY
 #define MK_FETCH_LOCALITY 2
 #endif
+
+/* Rows a decode kernel reading one kv head at a time fetches ahead of
+ * the row in use, into L2: 32, or fewer so as to reach no more than 8 KiB
+ * on (rows longer than 256 bytes: fp32 at d = 128 fetches 16 rows ahead).
+ * fp32 [B, H, L, D] (1,32,1,4096,128) and (8,32,1,2048,128) read
+ * 1.04-1.06x at 8 KiB over 16 KiB, 0.87-0.93x at 4 KiB (Zen 4,
+ * docs/benchmarks.md). */
+static inline int64_t mk_ahead_rows(size_t row_bytes)
+{
+    const size_t most = 32, reach = 8192;
+    if (row_bytes == 0 || reach / row_bytes >= most)
+        return (int64_t)most;
+    return reach / row_bytes > 0 ? (int64_t)(reach / row_bytes) : 1;
+}
 
 /* Bytes [b0, b0 + bytes) of a row (bytes a constant, b0 a multiple of
  * it): the lines at offsets 0, 64, ... of the run pf that start there,

@@ -30,12 +30,9 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
-/* Rows fetched ahead of the one in use, into L2 rather than L1: rows
- * 16 KiB apart share L1 sets, so a long L1 distance evicts rows before
- * they are used (the distance measured: docs/design.md). */
-enum { AHEAD = 32 };
-
-/* Every cache line of a row of row_bytes bytes, into L2. Kept
+/* Every cache line of a row of row_bytes bytes, into L2 rather than L1
+ * (rows 16 KiB apart share L1 sets, so a long L1 distance evicts rows
+ * before they are used: docs/design.md). Kept
  * always_inline beside its loops: a shared static inline helper compiled
  * to half the prefetches and halved [B, L, H, D] decode
  * (docs/benchmarks.md). */
@@ -328,7 +325,7 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                       float *s, ptrdiff_t lds, const mk_heads *h)
 {
     const size_t es = mk_dtype_size(t), row_bytes = (size_t)d * es;
-    const int64_t ahead = AHEAD;
+    const int64_t ahead = mk_ahead_rows(row_bytes);
     if (h) {
         decode_qk_across(q, ldq, m, k, t, ldk, k_rows, ks, ks_ld, n, d, s, lds,
                          h);
@@ -361,9 +358,78 @@ void mk_avx2_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
 #undef DECODE_QK
 }
 
-/* Keys per step of decode_pv: their rows (and prefetches) are issued
- * together while each output chunk stays in a register. */
+/* Keys per step of decode_pv at most: their rows (and prefetches) are
+ * issued together while each output chunk stays in a register. A step
+ * reads about 2 KiB of rows: 8 keys of up to 256 bytes, else 4 (fp32 at
+ * d = 128: 4 keys read [B, H, L, D] 1.08-1.12x faster than 8 on Zen 4,
+ * docs/benchmarks.md). */
 enum { KEYS = 8 };
+
+INLINE int64_t step_keys(size_t row_bytes)
+{
+    return row_bytes > 256 ? KEYS / 2 : KEYS;
+}
+
+/* Rows i < m of o += their probabilities (p + i * ldp) times the nj
+ * value rows rows[jj], one FMA per key and element in key order. Called
+ * with a constant nj for a whole step, so the keys' loop is unrolled and
+ * each key's probability broadcast once per row rather than tested and
+ * loaded per chunk (with 4 keys a step, fp32 [B, H, L, D] decode read
+ * 1.20-1.25x on Zen 4, docs/benchmarks.md). */
+INLINE void pv_block(const int64_t nj, const float *p, ptrdiff_t ldp,
+                     int64_t m, int64_t j0, const char *const *rows,
+                     mk_dtype t, const float *vs, ptrdiff_t vs_ld,
+                     int64_t dv, float *o, ptrdiff_t ldo)
+{
+    const int64_t full = dv / 8 * 8;
+    const __m256i tail = lanes(dv - full);
+    for (int64_t i = 0; i < m; i++) {
+        const float *pi = p + i * ldp + j0;
+        float *oi = o + i * ldo;
+        /* A scaled row's probability takes its scale (and the code
+         * factor, exact): one multiply per key, not per element. */
+        float cf[KEYS];
+        if (mk_dtype_scaled(t)) {
+            for (int64_t jj = 0; jj < nj; jj++)
+                cf[jj] = pi[jj] * vs[(j0 + jj) * vs_ld] * code_factor(t);
+            pi = cf;
+        }
+        __m256 pb[KEYS];
+        for (int64_t jj = 0; jj < nj; jj++)
+            pb[jj] = _mm256_set1_ps(pi[jj]);
+        int64_t c = 0;
+        /* E4M3 widened 16 codes at a time (load16). */
+        for (; t == MK_FP8_E4M3 && c + 16 <= full; c += 16) {
+            __m256 acc0 = _mm256_loadu_ps(oi + c),
+                   acc1 = _mm256_loadu_ps(oi + c + 8);
+            for (int64_t jj = 0; jj < nj; jj++) {
+                __m256 x0, x1;
+                load16(rows[jj], t, c, &x0, &x1);
+                acc0 = _mm256_fmadd_ps(pb[jj], x0,
+                                       acc0);
+                acc1 = _mm256_fmadd_ps(pb[jj], x1,
+                                       acc1);
+            }
+            _mm256_storeu_ps(oi + c, acc0);
+            _mm256_storeu_ps(oi + c + 8, acc1);
+        }
+        for (; c < full; c += 8) {
+            __m256 acc = _mm256_loadu_ps(oi + c);
+            for (int64_t jj = 0; jj < nj; jj++)
+                acc = _mm256_fmadd_ps(pb[jj],
+                                      load8(rows[jj], t, c), acc);
+            _mm256_storeu_ps(oi + c, acc);
+        }
+        if (full < dv) {
+            __m256 acc = _mm256_maskload_ps(oi + full, tail);
+            for (int64_t jj = 0; jj < nj; jj++)
+                acc = _mm256_fmadd_ps(
+                    pb[jj],
+                    load_tail(rows[jj], t, full, dv - full), acc);
+            _mm256_maskstore_ps(oi + full, tail, acc);
+        }
+    }
+}
 
 INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                       const void *v, mk_dtype t, ptrdiff_t ldv,
@@ -372,7 +438,7 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                       float *o, ptrdiff_t ldo, const mk_heads *h)
 {
     const size_t es = mk_dtype_size(t), row_bytes = (size_t)dv * es;
-    const int64_t ahead = AHEAD;
+    const int64_t ahead = mk_ahead_rows(row_bytes);
     const int64_t full = dv / 8 * 8;
     const __m256i tail = lanes(dv - full);
     for (int64_t i = 0; alpha && i < m; i++) {
@@ -390,57 +456,21 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                          h);
         return;
     }
-    for (int64_t j0 = 0; j0 < n; j0 += KEYS) {
-        const int64_t nj = n - j0 < KEYS ? n - j0 : KEYS;
+    const int64_t step = step_keys(row_bytes);
+    for (int64_t j0 = 0; j0 < n; j0 += step) {
+        const int64_t nj = n - j0 < step ? n - j0 : step;
         const char *rows[KEYS];
         for (int64_t jj = 0; jj < nj; jj++)
             rows[jj] = mk_decode_row(v, ldv, v_rows, es, j0 + jj);
         for (int64_t jj = ahead; jj < ahead + nj && j0 + jj < n; jj++)
             prefetch_row(mk_decode_row(v, ldv, v_rows, es, j0 + jj),
                          row_bytes);
-        for (int64_t i = 0; i < m; i++) {
-            const float *pi = p + i * ldp + j0;
-            float *oi = o + i * ldo;
-            /* A scaled row's probability takes its scale (and the code
-             * factor, exact): one multiply per key, not per element. */
-            float cf[KEYS];
-            if (mk_dtype_scaled(t)) {
-                for (int64_t jj = 0; jj < nj; jj++)
-                    cf[jj] = pi[jj] * vs[(j0 + jj) * vs_ld] * code_factor(t);
-                pi = cf;
-            }
-            int64_t c = 0;
-            /* E4M3 widened 16 codes at a time (load16). */
-            for (; t == MK_FP8_E4M3 && c + 16 <= full; c += 16) {
-                __m256 acc0 = _mm256_loadu_ps(oi + c),
-                       acc1 = _mm256_loadu_ps(oi + c + 8);
-                for (int64_t jj = 0; jj < nj; jj++) {
-                    __m256 x0, x1;
-                    load16(rows[jj], t, c, &x0, &x1);
-                    acc0 = _mm256_fmadd_ps(_mm256_broadcast_ss(pi + jj), x0,
-                                           acc0);
-                    acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(pi + jj), x1,
-                                           acc1);
-                }
-                _mm256_storeu_ps(oi + c, acc0);
-                _mm256_storeu_ps(oi + c + 8, acc1);
-            }
-            for (; c < full; c += 8) {
-                __m256 acc = _mm256_loadu_ps(oi + c);
-                for (int64_t jj = 0; jj < nj; jj++)
-                    acc = _mm256_fmadd_ps(_mm256_broadcast_ss(pi + jj),
-                                          load8(rows[jj], t, c), acc);
-                _mm256_storeu_ps(oi + c, acc);
-            }
-            if (full < dv) {
-                __m256 acc = _mm256_maskload_ps(oi + full, tail);
-                for (int64_t jj = 0; jj < nj; jj++)
-                    acc = _mm256_fmadd_ps(
-                        _mm256_broadcast_ss(pi + jj),
-                        load_tail(rows[jj], t, full, dv - full), acc);
-                _mm256_maskstore_ps(oi + full, tail, acc);
-            }
-        }
+        if (nj == KEYS)
+            pv_block(KEYS, p, ldp, m, j0, rows, t, vs, vs_ld, dv, o, ldo);
+        else if (nj == KEYS / 2)
+            pv_block(KEYS / 2, p, ldp, m, j0, rows, t, vs, vs_ld, dv, o, ldo);
+        else
+            pv_block(nj, p, ldp, m, j0, rows, t, vs, vs_ld, dv, o, ldo);
     }
 }
 

@@ -3,13 +3,16 @@
  * value rows read in place, codes widened in registers 16 at a time (sign
  * extension and VCVTDQ2PS for int8, fp8 moved into binary16 bits for
  * VCVTPH2PS or, with VBMI, E4M3 through byte lookups, VCVTPH2PS and a
- * shift for the 16-bit types), tails through opmasks. The avx2 table's kernels convert 8 codes per instruction, and
- * an 8-bit cache's decode is bound by those conversions rather than by
- * memory: 16 lanes run it 1.15-1.5x faster; 16-bit caches measured
- * 1.04-1.17x faster on 1 thread (level on 2). fp32 stays on the avx2
- * kernels: level one kv head at a time, 0.88-0.95x across kv heads with
- * one query row per kv head (docs/benchmarks.md). A scaled row's scale
- * multiplies its score (keys) or its probability (values).
+ * shift for the 16-bit types), tails through opmasks. The avx2 table's
+ * kernels convert 8 codes per instruction, and an 8-bit cache's decode is
+ * bound by those conversions rather than by memory: 16 lanes run it
+ * 1.15-1.5x faster; 16-bit caches measured 1.04-1.17x faster on 1 thread
+ * (level on 2). fp32 stays on the avx2 kernels, one kv head at a time
+ * too, so that a call across kv heads gives the bits of a call per head
+ * (tests/test_kernel_decode.c): level there on Zen 4 and Zen 5, 0.88-0.95x
+ * across kv heads with one query row per kv head (docs/benchmarks.md). A
+ * scaled row's scale multiplies its score (keys) or its probability
+ * (values).
  *
  * As in the avx2 kernels, rows are prefetched a fixed distance ahead into
  * L2 (one head's rows of a [B, L, H, D] cache are a page or more apart,
@@ -41,9 +44,6 @@
 #define MK_AVX512_DECODE_XCAT(isa, op) MK_AVX512_DECODE_CAT(isa, op)
 #define MK_AVX512_DECODE_NAME(op) MK_AVX512_DECODE_XCAT(MK_AVX512_DECODE_ISA, op)
 
-/* Rows fetched ahead of the one in use, into L2 (the avx2 kernels'
- * distance, docs/design.md). */
-enum { AHEAD = 32 };
 
 /* Rows (kv heads) of keys_dot, chunk by chunk across them: 16 of the 32
  * registers accumulate. 8 at a time read a [B, L, H, D] fp16 cache from
@@ -451,11 +451,12 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                          h);
         return;
     }
+    const int64_t ahead = mk_ahead_rows(row_bytes);
     for (int64_t j = 0; j < n; j++) {
         const char *row = mk_decode_row(k, ldk, k_rows, es, j);
         const float sc = mk_dtype_scaled(t) ? ks[j * ks_ld] : 1.0f;
-        if (j + AHEAD < n)
-            prefetch_row(mk_decode_row(k, ldk, k_rows, es, j + AHEAD),
+        if (j + ahead < n)
+            prefetch_row(mk_decode_row(k, ldk, k_rows, es, j + ahead),
                          row_bytes);
         rows_dot(q, ldq, m, row, t, sc, d, s + j, lds);
     }
@@ -513,6 +514,29 @@ INLINE void pv_chunk(int64_t m, int64_t nj, const float pk[][KEYS],
     }
 }
 
+/* o rows i < m += pk[i][jj] times value rows rows[jj], jj < nj, chunk by
+ * chunk (each chunk widened once for every row); called with a constant
+ * nj for a whole step, so the keys' loop is unrolled. */
+INLINE void pv_step(const int64_t nj, int64_t m, const char *const *rows,
+                    mk_dtype t, const float pk[][KEYS], int64_t dv, float *o,
+                    ptrdiff_t ldo)
+{
+    const int64_t full = dv / 16 * 16;
+    const __mmask16 tail = lanes(dv - full);
+    __m512 vj[KEYS];
+    for (int64_t c = 0; c < full; c += 16) {
+        for (int64_t jj = 0; jj < nj; jj++)
+            vj[jj] = load16(rows[jj], t, c, 1, 0);
+        pv_chunk(m, nj, pk, vj, o, ldo, c, 1, 0);
+    }
+    if (tail) {
+        for (int64_t jj = 0; jj < nj; jj++)
+            vj[jj] = load16(rows[jj], t, full, 0, tail);
+        pv_chunk(m, nj, pk, vj, o, ldo, full, 0,
+                 tail);
+    }
+}
+
 INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                       const void *v, mk_dtype t, ptrdiff_t ldv,
                       const void *const *v_rows, const float *vs,
@@ -537,12 +561,14 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                          h);
         return;
     }
-    for (int64_t j0 = 0; j0 < n; j0 += KEYS) {
-        const int64_t nj = n - j0 < KEYS ? n - j0 : KEYS;
+    const int64_t ahead = mk_ahead_rows(row_bytes);
+    const int64_t step = row_bytes > 256 ? KEYS / 2 : KEYS;
+    for (int64_t j0 = 0; j0 < n; j0 += step) {
+        const int64_t nj = n - j0 < step ? n - j0 : step;
         const char *rows[KEYS];
         for (int64_t jj = 0; jj < nj; jj++)
             rows[jj] = mk_decode_row(v, ldv, v_rows, es, j0 + jj);
-        for (int64_t jj = AHEAD; jj < AHEAD + nj && j0 + jj < n; jj++)
+        for (int64_t jj = ahead; jj < ahead + nj && j0 + jj < n; jj++)
             prefetch_row(mk_decode_row(v, ldv, v_rows, es, j0 + jj),
                          row_bytes);
         /* A scaled row's probability takes its scale (and the code
@@ -554,18 +580,13 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                                 ? p[i * ldp + j0 + jj] *
                                       vs[(j0 + jj) * vs_ld] * code_factor(t)
                                 : p[i * ldp + j0 + jj];
-        __m512 vj[KEYS];
-        for (int64_t c = 0; c < full; c += 16) {
-            for (int64_t jj = 0; jj < nj; jj++)
-                vj[jj] = load16(rows[jj], t, c, 1, 0);
-            pv_chunk(m, nj, (const float(*)[KEYS])pk, vj, o, ldo, c, 1, 0);
-        }
-        if (tail) {
-            for (int64_t jj = 0; jj < nj; jj++)
-                vj[jj] = load16(rows[jj], t, full, 0, tail);
-            pv_chunk(m, nj, (const float(*)[KEYS])pk, vj, o, ldo, full, 0,
-                     tail);
-        }
+        if (nj == KEYS)
+            pv_step(KEYS, m, rows, t, (const float(*)[KEYS])pk, dv, o, ldo);
+        else if (nj == KEYS / 2)
+            pv_step(KEYS / 2, m, rows, t, (const float(*)[KEYS])pk, dv, o,
+                    ldo);
+        else
+            pv_step(nj, m, rows, t, (const float(*)[KEYS])pk, dv, o, ldo);
     }
 }
 
