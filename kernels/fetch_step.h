@@ -30,6 +30,16 @@ static inline int64_t mk_ahead_rows(size_t row_bytes)
     return reach / row_bytes > 0 ? (int64_t)(reach / row_bytes) : 1;
 }
 
+/* Keys per value step of a decode kernel reading one kv head at a time,
+ * out of at most `most`: about 2 KiB of rows, so half of them where rows
+ * are longer than 256 bytes (fp32 at d = 128: 4 keys read [B, H, L, D]
+ * 1.08-1.12x faster than 8 on Zen 4; fp16 at 4 read 0.91x,
+ * docs/benchmarks.md). */
+static inline int64_t mk_step_keys(size_t row_bytes, int64_t most)
+{
+    return row_bytes > 256 ? most / 2 : most;
+}
+
 /* Bytes [b0, b0 + bytes) of a row (bytes a constant, b0 a multiple of
  * it): the lines at offsets 0, 64, ... of the run pf that start there,
  * into L2 (or L1: MK_FETCH_LOCALITY), issued among the loads of the row

@@ -358,17 +358,10 @@ void mk_avx2_decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
 #undef DECODE_QK
 }
 
-/* Keys per step of decode_pv at most: their rows (and prefetches) are
- * issued together while each output chunk stays in a register. A step
- * reads about 2 KiB of rows: 8 keys of up to 256 bytes, else 4 (fp32 at
- * d = 128: 4 keys read [B, H, L, D] 1.08-1.12x faster than 8 on Zen 4,
- * docs/benchmarks.md). */
+/* Keys per step of decode_pv at most (mk_step_keys): their rows (and
+ * prefetches) are issued together while each output chunk stays in a
+ * register. */
 enum { KEYS = 8 };
-
-INLINE int64_t step_keys(size_t row_bytes)
-{
-    return row_bytes > 256 ? KEYS / 2 : KEYS;
-}
 
 /* Rows i < m of o += their probabilities (p + i * ldp) times the nj
  * value rows rows[jj], one FMA per key and element in key order. Called
@@ -405,10 +398,8 @@ INLINE void pv_block(const int64_t nj, const float *p, ptrdiff_t ldp,
             for (int64_t jj = 0; jj < nj; jj++) {
                 __m256 x0, x1;
                 load16(rows[jj], t, c, &x0, &x1);
-                acc0 = _mm256_fmadd_ps(pb[jj], x0,
-                                       acc0);
-                acc1 = _mm256_fmadd_ps(pb[jj], x1,
-                                       acc1);
+                acc0 = _mm256_fmadd_ps(pb[jj], x0, acc0);
+                acc1 = _mm256_fmadd_ps(pb[jj], x1, acc1);
             }
             _mm256_storeu_ps(oi + c, acc0);
             _mm256_storeu_ps(oi + c + 8, acc1);
@@ -416,16 +407,14 @@ INLINE void pv_block(const int64_t nj, const float *p, ptrdiff_t ldp,
         for (; c < full; c += 8) {
             __m256 acc = _mm256_loadu_ps(oi + c);
             for (int64_t jj = 0; jj < nj; jj++)
-                acc = _mm256_fmadd_ps(pb[jj],
-                                      load8(rows[jj], t, c), acc);
+                acc = _mm256_fmadd_ps(pb[jj], load8(rows[jj], t, c), acc);
             _mm256_storeu_ps(oi + c, acc);
         }
         if (full < dv) {
             __m256 acc = _mm256_maskload_ps(oi + full, tail);
             for (int64_t jj = 0; jj < nj; jj++)
                 acc = _mm256_fmadd_ps(
-                    pb[jj],
-                    load_tail(rows[jj], t, full, dv - full), acc);
+                    pb[jj], load_tail(rows[jj], t, full, dv - full), acc);
             _mm256_maskstore_ps(oi + full, tail, acc);
         }
     }
@@ -456,7 +445,7 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                          h);
         return;
     }
-    const int64_t step = step_keys(row_bytes);
+    const int64_t step = mk_step_keys(row_bytes, KEYS);
     for (int64_t j0 = 0; j0 < n; j0 += step) {
         const int64_t nj = n - j0 < step ? n - j0 : step;
         const char *rows[KEYS];

@@ -562,7 +562,7 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
         return;
     }
     const int64_t ahead = mk_ahead_rows(row_bytes);
-    const int64_t step = row_bytes > 256 ? KEYS / 2 : KEYS;
+    const int64_t step = mk_step_keys(row_bytes, KEYS);
     for (int64_t j0 = 0; j0 < n; j0 += step) {
         const int64_t nj = n - j0 < step ? n - j0 : step;
         const char *rows[KEYS];
