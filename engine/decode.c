@@ -86,6 +86,18 @@ static int heads_fetch_into_l1(void)
     return mha_cpu_l1d_bytes() / 3 * 2 >= MK_HEADS_AHEAD_BYTES;
 }
 
+/* The bytes a pass of the kernels' loops across kv heads may hold in L1:
+ * its query (output) rows and each kv head's run of one position, three
+ * quarters of L1. 32 fp32 heads at d = 128 hold 16 KiB of queries and a
+ * 16 KiB run: a 32 KiB L1 cannot also keep the rows fetched ahead, and
+ * passes of 16 heads over each key block read [B, L, H, D] fp32 faster on
+ * Zen 4; fp16 (24 KiB) fits and keeps one pass, as does every type on a
+ * 48 KiB L1 (docs/benchmarks.md). */
+static int64_t heads_pass_bytes(void)
+{
+    return mha_cpu_l1d_bytes() / 4 * 3;
+}
+
 void mha_decode_scores(const mk_table *t, const mha_problem *p,
                        const mha_plan *pl, const mha_row_block *rb,
                        const mha_scratch *sc, float *m, int64_t k0,
@@ -96,7 +108,8 @@ void mha_decode_scores(const mk_table *t, const mha_problem *p,
     int64_t more;
     kv_rows k = rows_of(p, rb, sc, 0, k0, nk, &more);
     mk_heads heads = {rb->kv_group, rb->k_hs, k.rows ? 1 : rb->ks_hs, more,
-                      heads_ahead_bytes(), heads_fetch_into_l1()};
+                      heads_ahead_bytes(), heads_fetch_into_l1(),
+                      heads_pass_bytes()};
     t->decode_qk(rb->q, rb->ldq, rb->rows, k.first, (mk_dtype)p->k_dtype,
                  p->k_ss, k.rows, k.scales, k.scales_ld, nk, p->d, sc->s,
                  rb->key_block, rb->kv_group ? &heads : NULL);
@@ -116,7 +129,8 @@ void mha_decode_step(const mk_table *t, const mha_problem *p,
     int64_t more;
     kv_rows v = rows_of(p, rb, sc, 1, k0, nk, &more);
     mk_heads heads = {rb->kv_group, rb->v_hs, v.rows ? 1 : rb->vs_hs, more,
-                      heads_ahead_bytes(), heads_fetch_into_l1()};
+                      heads_ahead_bytes(), heads_fetch_into_l1(),
+                      heads_pass_bytes()};
     t->decode_pv(sc->s, bk, rb->rows, nk, v.first, (mk_dtype)p->v_dtype,
                  p->v_ss, v.rows, v.scales, v.scales_ld, p->dv, sc->alpha, o,
                  p->dv, rb->kv_group ? &heads : NULL);

@@ -54,11 +54,11 @@
  * read (reach = n + more). */
 INLINE const char *fetch_ahead(const void *base, ptrdiff_t ld,
                                const void *const *rows, size_t es, int64_t j,
-                               int64_t reach, int64_t ahead)
+                               int64_t reach, int64_t ahead, size_t off)
 {
     if (j + ahead >= reach)
         return NULL;
-    return mk_decode_row(base, ld, rows, es, j + ahead);
+    return mk_decode_row(base, ld, rows, es, j + ahead) + off;
 }
 
 /* How many positions ahead a block of m rows fetches: h->ahead_bytes
@@ -118,16 +118,16 @@ INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
                             ptrdiff_t ldk, const void *const *k_rows,
                             const float *ks, ptrdiff_t ks_ld, int64_t n,
                             int64_t d, float *s, ptrdiff_t lds,
-                            const mk_heads *h)
+                            const mk_heads *h, size_t off)
 {
     const size_t es = mk_dtype_size(t);
     const int64_t group = G > 0 ? G : h->group;
     const size_t hb = (size_t)h->ld * es;
     const int64_t dist = heads_ahead(m, group, hb, h);
     for (int64_t j = 0; j < n; j++) {
-        const char *row = mk_decode_row(k, ldk, k_rows, es, j);
+        const char *row = mk_decode_row(k, ldk, k_rows, es, j) + off;
         const char *ahead =
-            fetch_ahead(k, ldk, k_rows, es, j, n + h->more, dist);
+            fetch_ahead(k, ldk, k_rows, es, j, n + h->more, dist, off);
         const float *sj = mk_dtype_scaled(t) ? ks + j * ks_ld : NULL;
         if (G == 1 && spread_fetch(t, h->into_l1)) { /* MK_KEYS_DOT heads */
             for (int64_t i = 0; i < m; i += MK_KEYS_DOT)
@@ -165,7 +165,8 @@ INLINE void pv_heads_keys(const int K, const int G, const float *p,
                           const void *v, mk_dtype t, ptrdiff_t ldv,
                           const void *const *v_rows, const float *vs,
                           ptrdiff_t vs_ld, int64_t dv, float *o,
-                          ptrdiff_t ldo, const mk_heads *h, int64_t dist)
+                          ptrdiff_t ldo, const mk_heads *h, int64_t dist,
+                          size_t off)
 {
     const size_t es = mk_dtype_size(t);
     const int64_t group = G > 0 ? G : h->group;
@@ -173,8 +174,9 @@ INLINE void pv_heads_keys(const int K, const int G, const float *p,
     const int spread = G == 1 && spread_fetch(t, h->into_l1);
     const char *row[2], *ahead[2];
     for (int k = 0; k < K; k++) {
-        row[k] = mk_decode_row(v, ldv, v_rows, es, j + k);
-        ahead[k] = fetch_ahead(v, ldv, v_rows, es, j + k, n + h->more, dist);
+        row[k] = mk_decode_row(v, ldv, v_rows, es, j + k) + off;
+        ahead[k] = fetch_ahead(v, ldv, v_rows, es, j + k, n + h->more, dist,
+                               off);
     }
     for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += group) {
         /* One row per kv head: the fetch spread over pv_keys's chunks;
@@ -221,7 +223,8 @@ INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
                             int64_t m, int64_t n, const void *v, mk_dtype t,
                             ptrdiff_t ldv, const void *const *v_rows,
                             const float *vs, ptrdiff_t vs_ld, int64_t dv,
-                            float *o, ptrdiff_t ldo, const mk_heads *h)
+                            float *o, ptrdiff_t ldo, const mk_heads *h,
+                            size_t off)
 {
     const size_t es = mk_dtype_size(t);
     const int64_t group = G > 0 ? G : h->group;
@@ -230,10 +233,47 @@ INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
     if (G != 1 || mk_dtype_size(t) == 1)
         for (; j + 2 <= n; j += 2)
             pv_heads_keys(2, G, p, ldp, m, n, j, v, t, ldv, v_rows, vs,
-                          vs_ld, dv, o, ldo, h, dist);
+                          vs_ld, dv, o, ldo, h, dist, off);
     for (; j < n; j++)
         pv_heads_keys(1, G, p, ldp, m, n, j, v, t, ldv, v_rows, vs, vs_ld,
-                      dv, o, ldo, h, dist);
+                      dv, o, ldo, h, dist, off);
+}
+
+/* Rows per pass of the across-heads loops (docs/design.md, "Decode
+ * across heads"): whole kv heads whose fp32 rows of d elements (the
+ * queries for the keys, the outputs for the values) and whose runs of one
+ * position (d elements of type t per kv head) fit h->pass_bytes (all m
+ * rows when 0); as few passes as that allows, of even kv heads, at least
+ * one kv head each. */
+INLINE int64_t pass_rows(int64_t m, int64_t d, mk_dtype t, const mk_heads *h)
+{
+    const int64_t all = (m + h->group - 1) / h->group;
+    const size_t per = (size_t)d * (sizeof(float) * (size_t)h->group +
+                                    mk_dtype_size(t));
+    int64_t fit = h->pass_bytes > 0 ? (int64_t)((size_t)h->pass_bytes / per)
+                                    : all;
+    if (fit < 1)
+        fit = 1;
+    const int64_t passes = (all + fit - 1) / fit;
+    return (all + passes - 1) / passes * h->group;
+}
+
+/* The pass from row r0 (pr rows a pass, the last one short): its rows,
+ * the bytes from a position's first kv head to its own, and its first kv
+ * head's scales (sc NULL: none). */
+typedef struct {
+    int64_t rows;
+    size_t off;
+    const float *scales;
+} heads_pass;
+INLINE heads_pass pass_at(int64_t m, int64_t r0, int64_t pr, mk_dtype t,
+                          const float *sc, const mk_heads *h)
+{
+    const int64_t g0 = r0 / h->group;
+    heads_pass ps = {m - r0 < pr ? m - r0 : pr,
+                     (size_t)g0 * (size_t)h->ld * mk_dtype_size(t),
+                     sc ? sc + g0 * h->scale_ld : NULL};
+    return ps;
 }
 
 /* The entry points: the across-heads loops with the group a constant when
@@ -245,11 +285,15 @@ INLINE void decode_qk_across(const float *q, ptrdiff_t ldq, int64_t m,
                              ptrdiff_t ks_ld, int64_t n, int64_t d, float *s,
                              ptrdiff_t lds, const mk_heads *h)
 {
+    const int64_t pr = pass_rows(m, d, t, h);
+    for (int64_t r0 = 0; r0 < m; r0 += pr) {
+        const heads_pass ps = pass_at(m, r0, pr, t, ks, h);
 #define QK_HEADS(G)                                                       \
-    decode_qk_heads(G, q, ldq, m, k, t, ldk, k_rows, ks, ks_ld, n, d, s,  \
-                    lds, h)
-    MK_HEADS_GROUP_SWITCH(h->group, m, QK_HEADS)
+    decode_qk_heads(G, q + r0 * ldq, ldq, ps.rows, k, t, ldk, k_rows,     \
+                    ps.scales, ks_ld, n, d, s + r0 * lds, lds, h, ps.off)
+        MK_HEADS_GROUP_SWITCH(h->group, ps.rows, QK_HEADS)
 #undef QK_HEADS
+    }
 }
 
 INLINE void decode_pv_across(const float *p, ptrdiff_t ldp, int64_t m,
@@ -258,11 +302,15 @@ INLINE void decode_pv_across(const float *p, ptrdiff_t ldp, int64_t m,
                              const float *vs, ptrdiff_t vs_ld, int64_t dv,
                              float *o, ptrdiff_t ldo, const mk_heads *h)
 {
+    const int64_t pr = pass_rows(m, dv, t, h);
+    for (int64_t r0 = 0; r0 < m; r0 += pr) {
+        const heads_pass ps = pass_at(m, r0, pr, t, vs, h);
 #define PV_HEADS(G)                                                       \
-    decode_pv_heads(G, p, ldp, m, n, v, t, ldv, v_rows, vs, vs_ld, dv, o, \
-                    ldo, h)
-    MK_HEADS_GROUP_SWITCH(h->group, m, PV_HEADS)
+    decode_pv_heads(G, p + r0 * ldp, ldp, ps.rows, n, v, t, ldv, v_rows,  \
+                    ps.scales, vs_ld, dv, o + r0 * ldo, ldo, h, ps.off)
+        MK_HEADS_GROUP_SWITCH(h->group, ps.rows, PV_HEADS)
 #undef PV_HEADS
+    }
 }
 
 #endif

@@ -240,14 +240,19 @@ typedef void mk_normalize_fn(const float *o, ptrdiff_t ldo, int64_t m,
  * ahead runs on across calls instead of restarting at each call's first
  * rows. `ahead_bytes` bounds how far ahead of the row in use that fetch
  * reaches, in bytes of the rows' runs (0: MK_HEADS_AHEAD_BYTES), and
- * `into_l1` whether that fetch may go into L1 (nonzero) or only into L2:
- * the engine sets both from the CPU's L1 size. */
+ * `into_l1` whether that fetch may go into L1 (nonzero) or only into L2;
+ * `pass_bytes` how many bytes of fp32 query (output) rows and of one
+ * position's runs a pass of the loops across heads may take (0: one pass
+ * over all m rows): rows beyond it are taken in further passes over the
+ * same n keys. The engine sets the three from the CPU's L1 size; none
+ * changes a value. */
 typedef struct {
     int64_t group;
     ptrdiff_t ld, scale_ld;
     int64_t more;
     int64_t ahead_bytes;
     int into_l1;
+    int64_t pass_bytes;
 } mk_heads;
 typedef void mk_decode_qk_fn(const float *q, ptrdiff_t ldq, int64_t m,
                              const void *k, mk_dtype kt, ptrdiff_t ldk,

@@ -484,11 +484,15 @@ static void decode_pv_same(const same_ctx *cx, test_rng *r)
  * and 128 (keys_dot_n), one alone must not take them. into_l1: the
  * mk_heads field that picks where the kernels fetch ahead (and, on avx2,
  * whether fp32 spreads that fetch): a hint, which must not change a value.
- * Every score and output is bitwise the one of a call per kv head. */
+ * passes nonzero: mk_heads.pass_bytes lets a pass of the kernels' loops
+ * take 3 kv heads (passes of 3, 3, 3 and 2 heads of one row, or 2, 2 and
+ * 1 grouped heads), a split of the work that must not change a value
+ * either. Every score and output is bitwise the one of a call per kv
+ * head. */
 enum { TIGHT_Q = 1, TIGHT_HEADS = 2 };
 static void decode_heads_same_at(const same_ctx *cx, test_rng *r,
                                  int64_t group, int short_last, int tight,
-                                 int into_l1)
+                                 int into_l1, int passes)
 {
     const int64_t G = group == 1 ? 11 : 5,
                   m = G * group - (short_last ? 1 : 0), n = 71,
@@ -508,7 +512,8 @@ static void decode_heads_same_at(const same_ctx *cx, test_rng *r,
     float *s_one = test_alloc((size_t)(m * n) * sizeof *s_one);
     float *o_all = test_alloc(no * sizeof *o_all);
     float *o_one = test_alloc(no * sizeof *o_one);
-    mk_heads h = {group, hld, 1, 0, 0, into_l1};
+    const int64_t per_head = w * (int64_t)sizeof(float) * group + w * (int64_t)es;
+    mk_heads h = {group, hld, 1, 0, 0, into_l1, passes ? 3 * per_head : 0};
     cx->tb->decode_qk(q, ldq, m, kv, cx->t, ld, NULL, sc, G, n, w, s_all, n,
                       &h);
     memcpy(o_all, o0, no * sizeof *o0);
@@ -528,13 +533,16 @@ static void decode_heads_same_at(const same_ctx *cx, test_rng *r,
         for (int64_t j = 0; j < n; j++)
             REQUIRE(same_value(s_all[i * n + j], s_one[i * n + j]),
                     "decode_qk [%s] %s d %lld across %lld heads of %lld rows "
-                    "(into_l1 %d): s[%lld][%lld] = %a, %a in a call per head",
+                    "(into_l1 %d, passes %d): s[%lld][%lld] = %a, %a in a "
+                    "call per head",
                     cx->isa, DTYPE_NAME[cx->t], (long long)w, (long long)G,
-                    (long long)group, into_l1, (long long)i, (long long)j,
+                    (long long)group, into_l1, passes, (long long)i,
+                    (long long)j,
                     (double)s_all[i * n + j], (double)s_one[i * n + j]);
     char how[64];
-    snprintf(how, sizeof how, "across heads of %lld rows (into_l1 %d)",
-             (long long)group, into_l1);
+    snprintf(how, sizeof how,
+             "across heads of %lld rows (into_l1 %d, passes %d)",
+             (long long)group, into_l1, passes);
     expect_same_rows(cx, how, o_all, o_one, m, 0, w, ldo, "in a call per head");
 
     /* Through a row table (head 0's rows, in a shuffled order; a paged
@@ -579,9 +587,10 @@ static void decode_heads_same_at(const same_ctx *cx, test_rng *r,
         for (int64_t j = 0; j < n; j++)
             REQUIRE(same_value(s_all[i * n + j], s_one[i * n + j]),
                     "decode_qk [%s] %s d %lld across %lld heads of %lld rows "
-                    "(into_l1 %d) through a row table: s[%lld][%lld] = %a, "
-                    "%a in a call per head", cx->isa, DTYPE_NAME[cx->t],
-                    (long long)w, (long long)G, (long long)group, into_l1,
+                    "(into_l1 %d, passes %d) through a row table: "
+                    "s[%lld][%lld] = %a, %a in a call per head", cx->isa,
+                    DTYPE_NAME[cx->t], (long long)w, (long long)G,
+                    (long long)group, into_l1, passes,
                     (long long)i, (long long)j, (double)s_all[i * n + j],
                     (double)s_one[i * n + j]);
     expect_same_rows(cx, how, o_all, o_one, m, 0, w, ldo,
@@ -594,8 +603,9 @@ static void decode_heads_same_at(const same_ctx *cx, test_rng *r,
 static void decode_heads_same(const same_ctx *cx, test_rng *r, int64_t group,
                               int short_last, int tight)
 {
-    decode_heads_same_at(cx, r, group, short_last, tight, 0);
-    decode_heads_same_at(cx, r, group, short_last, tight, 1);
+    decode_heads_same_at(cx, r, group, short_last, tight, 0, 0);
+    decode_heads_same_at(cx, r, group, short_last, tight, 1, 0);
+    decode_heads_same_at(cx, r, group, short_last, tight, 0, 1);
 }
 
 START_TEST(decode_deterministic)
