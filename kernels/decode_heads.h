@@ -50,8 +50,11 @@
  * between cache blocks) and in a dense one alike, where it now beats the
  * hardware prefetchers alone for every dtype (1T, Zen 5: paged fp32
  * 1.45x, dense fp16 [B, L, H, D] 1.23-1.29x; docs/benchmarks.md). Returns
- * the run `ahead` positions on from j, or NULL past what the call may
- * read (reach = n + more). */
+ * the run `ahead` positions on from j, from off bytes into the position
+ * (a pass's first kv head: pass_at), or NULL past what the call may read
+ * (reach = n + more). Past n a pass fetches its own heads of the keys the
+ * caller reads next; run on into the next pass's first positions instead,
+ * it read no faster (docs/benchmarks.md). */
 INLINE const char *fetch_ahead(const void *base, ptrdiff_t ld,
                                const void *const *rows, size_t es, int64_t j,
                                int64_t reach, int64_t ahead, size_t off)

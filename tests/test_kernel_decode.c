@@ -512,7 +512,8 @@ static void decode_heads_same_at(const same_ctx *cx, test_rng *r,
     float *s_one = test_alloc((size_t)(m * n) * sizeof *s_one);
     float *o_all = test_alloc(no * sizeof *o_all);
     float *o_one = test_alloc(no * sizeof *o_one);
-    const int64_t per_head = w * (int64_t)sizeof(float) * group + w * (int64_t)es;
+    const int64_t per_head =
+        w * (int64_t)sizeof(float) * group + w * (int64_t)es;
     mk_heads h = {group, hld, 1, 0, 0, into_l1, passes ? 3 * per_head : 0};
     cx->tb->decode_qk(q, ldq, m, kv, cx->t, ld, NULL, sc, G, n, w, s_all, n,
                       &h);
