@@ -68,20 +68,40 @@ static void stream_keys(const mk_table *t, const mha_problem *p,
                    (size_t)(lk - k_end) * sizeof(float));
 }
 
-/* A half-precision compute dtype (docs/design.md, "Compute dtype"): the
- * row block's queries widened into thread scratch (with_q), its output
- * rows gathered there in fp32 for mha_finish_rows to narrow. Scores,
- * softmax and accumulation stay fp32; the kernels never see the caller's
- * dtype. */
+/* The row block's rows staged in thread scratch. Prefill queries at a
+ * stride are copied together (below). A half-precision compute dtype
+ * (docs/design.md, "Compute dtype"): queries the kernels do not read as
+ * codes are widened there (with_q), and the output rows gathered there in
+ * fp32 for mha_finish_rows to narrow. Scores, softmax and accumulation
+ * stay fp32; the kernels never see the caller's dtype. */
 static void stage_rows(const mk_table *t, const mha_problem *p,
                        const mha_plan *pl, mha_row_block *rb,
                        const mha_scratch *sc, int with_q)
 {
+    size_t cs = mha_dtype_size(p->compute);
+    /* Prefill rows read in place at a stride (a [B, L, H, D] q) are
+     * copied together, the same bits: the qk tile reads its strip's rows
+     * at every step of d, and rows a multiple of 4 KiB apart (H x d x 4
+     * bytes: 32 heads of 128, 16 of 64; half that in 16 bits) all fall
+     * in one L1 set, more rows than its ways (12 on AVX-512). */
+    int in_place = p->compute == MHA_F32 || (pl->half && !rb->decode);
+    if (with_q && in_place && !rb->decode && rb->rows > 1 &&
+        rb->ldq_src != p->d) {
+        for (int64_t r = 0; r < rb->rows; r++)
+            memcpy((char *)sc->qw + (size_t)(r * p->d) * cs,
+                   rb->q_src + (size_t)(r * rb->ldq_src) * cs,
+                   (size_t)p->d * cs);
+        rb->q_src = (const char *)sc->qw;
+        rb->ldq_src = p->d;
+        if (p->compute == MHA_F32) {
+            rb->q = sc->qw;
+            rb->ldq = p->d;
+        }
+    }
     if (p->compute == MHA_F32)
         return;
     /* The half slots read the caller's half rows (q_src) themselves. */
-    if (with_q && !(pl->half && !rb->decode)) {
-        size_t cs = mha_dtype_size(p->compute);
+    if (with_q && !in_place) {
         for (int64_t r = 0; r < rb->rows; r++)
             t->widen[p->compute](rb->q_src + (size_t)(r * rb->ldq_src) * cs,
                                  p->d, sc->qw + r * p->d);

@@ -251,8 +251,12 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
         kp > (size_t)INT64_MAX / 2 || !mha_mul_ok(bq, p->dv, &part[O]))
         return 0;
     part[KP] = (int64_t)kp;
-    if (p->compute != MHA_F32 &&
-        (!mha_mul_ok(bq, p->d, &part[QW]) || !mha_mul_ok(bq, p->dv, &part[OW])))
+    /* Queries are staged for half compute and for fp32 prefill at a
+     * stride (attention.c, stage_rows); outputs for half compute. */
+    if ((p->compute != MHA_F32 || pl->any_prefill) &&
+        !mha_mul_ok(bq, p->d, &part[QW]))
+        return 0;
+    if (p->compute != MHA_F32 && !mha_mul_ok(bq, p->dv, &part[OW]))
         return 0;
     part[M] = part[L] = part[ALPHA] = part[L2] = bq;
     if (pl->any_prefill &&
