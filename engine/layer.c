@@ -40,6 +40,10 @@ enum { PQ, PK, PV, PO };
  * 512 rows in chunks of 96 were five full chunks and one of 32, which
  * two threads shared as 288 and 224 rows (docs/benchmarks.md). */
 #define LINEAR_STRIP 12
+/* Floats an fp32 projection's staged input row is padded by (project):
+ * rows E x 4 bytes apart, a multiple of 4 KiB for E = 1024, all fall in
+ * one L1 set, more rows than its ways for the 12-row AVX-512 strip. */
+#define LINEAR_PAD 16
 
 void mha_layer_destroy(mha_layer *layer)
 {
@@ -302,14 +306,17 @@ typedef struct {
     int64_t sb, ss;
 } rows_of;
 
-/* Per-thread scratch of a bf16 layer's projections: a chunk's fp32
- * results (LINEAR_ROWS x n) and its input rows (LINEAR_ROWS x k floats:
- * widened, or bf16 codes copied into pairs). */
+/* Per-thread scratch of the projections: an fp32 layer's chunk of input
+ * rows at a padded stride (LINEAR_ROWS x (k + LINEAR_PAD)); a bf16
+ * layer's chunk of fp32 results (LINEAR_ROWS x n) and its input rows
+ * (LINEAR_ROWS x k floats: widened, or bf16 codes copied into pairs). */
 static int64_t project_scratch_floats(const mha_layer *l)
 {
     int64_t k = l->e > l->kdim ? l->e : l->kdim;
     k = k > l->vdim ? k : l->vdim;
     k = k > l->width ? k : l->width;
+    if (l->dtype == MHA_F32)
+        return LINEAR_ROWS * (k + LINEAR_PAD);
     int64_t n = l->e > l->width ? l->e : l->width;
     return LINEAR_ROWS * (k + n);
 }
@@ -349,7 +356,7 @@ static void project_bf16_rows(const mk_table *t, const mha_layer *l, int i,
 /* c = a w^T + b over batch x seq rows (projection i of the layer, in its
  * dtype), each batch's rows cut in fixed chunks (never by the thread
  * count; the kernel's result per element does not depend on the chunk).
- * tmp: project_scratch_floats per thread (a bf16 layer's). */
+ * tmp: project_scratch_floats per thread. */
 static void project(const mha_layer *l, int i, const void *a, rows_of ra,
                     int64_t batch, int64_t seq, int64_t k, int64_t e,
                     void *c, rows_of rc, float *tmp)
@@ -372,17 +379,23 @@ static void project(const mha_layer *l, int i, const void *a, rows_of ra,
         int64_t r0 = j * strips / per * LINEAR_STRIP;
         int64_t r1 = (j + 1) * strips / per * LINEAR_STRIP;
         int64_t m = (r1 < seq ? r1 : seq) - r0;
+        float *mine = tmp + project_scratch_floats(l) * omp_get_thread_num();
         if (l->dtype == MHA_BF16) {
-            float *mine = tmp + project_scratch_floats(l) * omp_get_thread_num();
             project_bf16_rows(t, l, i, (const uint16_t *)a + b * ra.sb + r0 * ra.ss,
                               ra.ss, m, k, e,
                               (uint16_t *)c + b * rc.sb + r0 * rc.ss,
                               m > 1 ? rc.ss : e, mine);
             continue;
         }
-        t->linear((const float *)a + b * ra.sb + r0 * ra.ss, ra.ss, m, w, e,
-                  k, bias, (float *)c + b * rc.sb + r0 * rc.ss,
-                  m > 1 ? rc.ss : e);
+        /* The chunk's rows copied at a padded stride (LINEAR_PAD), the
+         * same bits: 1.05x on the E = 1024 layer (Zen 4, AVX-512;
+         * docs/benchmarks.md). */
+        const float *src = (const float *)a + b * ra.sb + r0 * ra.ss;
+        for (int64_t r = 0; r < m; r++)
+            memcpy(mine + r * (k + LINEAR_PAD), src + r * ra.ss,
+                   (size_t)k * sizeof(float));
+        t->linear(mine, k + LINEAR_PAD, m, w, e, k, bias,
+                  (float *)c + b * rc.sb + r0 * rc.ss, m > 1 ? rc.ss : e);
     }
 }
 
@@ -598,13 +611,10 @@ mha_status mha_layer_forward_ex(const mha_layer *layer,
     const mha_engine *en = layer->engine;
     size_t scratch_bytes = pl.bytes;
     size_t buffers = ((size_t)total + 63) / 64 * 64; /* scratch aligned */
-    /* A bf16 layer's projections: per-thread chunk scratch after the rest
-     * (at most MHA_MAX_THREADS x a few E-wide chunks of rows). */
-    size_t proj = layer->dtype == MHA_F32
-                      ? 0
-                      : (size_t)project_scratch_floats(layer) *
-                            (size_t)mha_threads_for_call(en, INT64_MAX) *
-                            sizeof(float);
+    /* The projections' per-thread chunk scratch after the rest (at most
+     * MHA_MAX_THREADS x a few E-wide chunks of rows). */
+    size_t proj = (size_t)project_scratch_floats(layer) *
+                  (size_t)mha_threads_for_call(en, INT64_MAX) * sizeof(float);
     if (scratch_bytes > SIZE_MAX - buffers - proj)
         return mha_fail(MHA_ERR_OVERFLOW, "layer workspace overflows");
     scratch_bytes = (scratch_bytes + 63) / 64 * 64;
