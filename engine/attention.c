@@ -68,6 +68,23 @@ static void stream_keys(const mk_table *t, const mha_problem *p,
                    (size_t)(lk - k_end) * sizeof(float));
 }
 
+/* Whether query rows `stride` bytes apart crowd the L1 sets the qk tile
+ * reads them through, strip rows at every step of d: rows a multiple of
+ * 4 KiB apart share one set (64 sets of 64-byte lines, in a 32 KiB 8-way
+ * or 48 KiB 12-way L1), a stride whose lowest set bit is b repeats a set
+ * every 4096 / b rows, and more than 4 of a strip in one set (12 rows 4
+ * or 2 KiB apart, 6 or 8 rows 4 KiB apart: 32 heads of 128, 16 or 8 of
+ * 64) leave the key panel too few ways. Copied, such rows computed
+ * 1.05-1.20x on AVX-512 (Zen 4); rows that do not crowd (avx2 at 2 KiB,
+ * avx512 at 3 KiB) computed level, the copy 1.5-2% of perf's samples for
+ * nothing (docs/benchmarks.md). */
+static int rows_crowd(int64_t stride, int64_t strip)
+{
+    uint64_t g = (uint64_t)stride % 4096;
+    uint64_t period = g == 0 ? 1 : 4096 / (g & (~g + 1));
+    return (uint64_t)strip > 4 * period;
+}
+
 /* The row block's rows staged in thread scratch. Prefill queries at a
  * stride are copied together (below). A half-precision compute dtype
  * (docs/design.md, "Compute dtype"): queries the kernels do not read as
@@ -79,14 +96,12 @@ static void stage_rows(const mk_table *t, const mha_problem *p,
                        const mha_scratch *sc, int with_q)
 {
     size_t cs = mha_dtype_size(p->compute);
-    /* Prefill rows read in place at a stride (a [B, L, H, D] q) are
-     * copied together, the same bits: the qk tile reads its strip's rows
-     * at every step of d, and rows a multiple of 4 KiB apart (H x d x 4
-     * bytes: 32 heads of 128, 16 of 64; half that in 16 bits) all fall
-     * in one L1 set, more rows than its ways (12 on AVX-512). */
+    /* Prefill rows read in place at a stride that crowds the L1 sets (a
+     * [B, L, H, D] q: rows_crowd) are copied together, the same bits. */
     int in_place = p->compute == MHA_F32 || (pl->half && !rb->decode);
     if (with_q && in_place && !rb->decode && rb->rows > 1 &&
-        rb->ldq_src != p->d) {
+        rb->ldq_src != p->d &&
+        rows_crowd((int64_t)cs * rb->ldq_src, t->strip_rows)) {
         for (int64_t r = 0; r < rb->rows; r++)
             memcpy((char *)sc->qw + (size_t)(r * p->d) * cs,
                    rb->q_src + (size_t)(r * rb->ldq_src) * cs,

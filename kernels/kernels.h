@@ -445,6 +445,11 @@ typedef struct mk_table {
      * a multiple of the packing panel. */
     int64_t block_q;
     int64_t block_k;
+    /* Query rows of the qk tile's strip (generic 4, avx2 6, neon 8,
+     * avx512 12), each read at every step of d: the engine copies strided
+     * rows together when that many of them would crowd one L1 set
+     * (engine/attention.c, stage_rows). */
+    int64_t strip_rows;
     /* 1: the decode kernels read across kv heads key by key (mk_heads),
      * and the engine spans decode blocks across kv heads where the layout
      * allows; 0: they take mk_heads as calls per head (correct, measured

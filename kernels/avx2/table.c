@@ -12,6 +12,7 @@ void mk_init_avx2(mk_table *t)
     t->name = "avx2";
     t->block_q = 144;
     t->block_k = 256;
+    t->strip_rows = 6;
     MK_SET_PREFILL(t, avx2, 6x16);
     MK_SET_DECODE(t, avx2);
     t->decode_heads = 1;

@@ -23,6 +23,7 @@ void mk_init_avx512(mk_table *t)
     t->name = "avx512";
     t->block_q = MK_AVX512_BLOCK_Q;
     t->block_k = MK_AVX512_BLOCK_K;
+    t->strip_rows = MK_AVX512_MR;
     MK_SET_PREFILL(t, avx512, 12x32);
     MK_SET_DECODE(t, avx512);
     MK_SET_WIDEN(t, avx512);

@@ -10,6 +10,7 @@ void mk_init_neon(mk_table *t)
     t->name = "neon";
     t->block_q = 32;
     t->block_k = 64;
+    t->strip_rows = 8;
     MK_SET_PREFILL(t, neon, 8x8);
     MK_SET_DECODE(t, neon);
     MK_SET_WIDEN(t, neon);
