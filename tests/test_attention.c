@@ -340,6 +340,68 @@ START_TEST(broadcast_input_strides)
 }
 END_TEST
 
+/* The query layout never changes a bit of the output: q as [B, L, H, D]
+ * (rows H x d apart, which the prefill stream copies together where they
+ * crowd the L1 sets: 16 heads of 64 and 8 of 128 are 4 KiB apart, 8 of 64
+ * 2 KiB, 12 of 64 3 KiB) against the same values as [B, H, L, D], on
+ * every ISA, fp32 and bf16 compute, dense and causal (whose diagonal
+ * blocks are cut into row sub-blocks of the copied rows). */
+static const int64_t SAME_BITS_SHAPES[][2] = {{16, 64}, {8, 128}, {8, 64},
+                                              {12, 64}};
+
+START_TEST(q_layout_same_bits)
+{
+    const int64_t H = SAME_BITS_SHAPES[_i / 4][0];
+    const int64_t d = SAME_BITS_SHAPES[_i / 4][1];
+    const mha_dtype dt = _i % 2 ? MHA_BF16 : MHA_F32;
+    const mha_causal causal = _i / 2 % 2 ? MHA_CAUSAL_TOP_LEFT : MHA_CAUSAL_NONE;
+    const int64_t B = 2, Lq = 150, Lk = 300;
+    test_rng r;
+    rng_seed(&r, 4242 + (uint64_t)_i);
+    size_t nq = (size_t)(B * Lq * H * d), nk = (size_t)(B * Lk * H * d);
+    float *qs = random_floats(&r, nq), *qh = test_alloc(nq * sizeof *qh);
+    float *k = random_floats(&r, nk), *v = random_floats(&r, nk);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < Lq; i++)
+            for (int64_t h = 0; h < H; h++)
+                memcpy(qh + ((b * H + h) * Lq + i) * d,
+                       qs + ((b * Lq + i) * H + h) * d,
+                       (size_t)d * sizeof *qh);
+    void *q_bshd = as_dtype(qs, nq, dt), *q_bhsd = as_dtype(qh, nq, dt);
+    void *kt = as_dtype(k, nk, dt), *vt = as_dtype(v, nk, dt);
+    size_t ob = nq * mha_dtype_size(dt);
+    char *o1 = test_alloc(ob), *o2 = test_alloc(ob);
+    mha_mask mask = {.causal = causal};
+    mha_attention_args a = {
+        .k = mha_tensor_bshd_typed(kt, dt, B, Lk, H, d),
+        .v = mha_tensor_bshd_typed(vt, dt, B, Lk, H, d),
+        .mask = &mask,
+    };
+    mha_isa isas[TEST_MAX_ISAS];
+    int n_isa = available_isas(isas);
+    for (int x = 0; x < n_isa; x++) {
+        mha_engine *e = make_engine(isas[x], 1);
+        memset(o1, 0, ob);
+        memset(o2, 0x55, ob);
+        a.q = mha_tensor_bshd_typed(q_bshd, dt, B, Lq, H, d);
+        a.out = mha_tensor_bshd_typed(o1, dt, B, Lq, H, d);
+        ck_assert_int_eq(mha_attention(e, &a), MHA_OK);
+        a.q = mha_tensor_bhsd_typed(q_bhsd, dt, B, Lq, H, d);
+        a.out = mha_tensor_bshd_typed(o2, dt, B, Lq, H, d);
+        ck_assert_int_eq(mha_attention(e, &a), MHA_OK);
+        for (size_t i = 0; i < ob; i++)
+            REQUIRE(o1[i] == o2[i],
+                    "[%s] H %lld d %lld %s %s: output byte %zu differs "
+                    "between q [B, L, H, D] and [B, H, L, D]",
+                    mha_isa_name(isas[x]), (long long)H, (long long)d,
+                    mha_dtype_name(dt), causal ? "causal" : "dense", i);
+        mha_engine_destroy(e);
+    }
+    free(qs), free(qh), free(k), free(v), free(q_bshd), free(q_bhsd);
+    free(kt), free(vt), free(o1), free(o2);
+}
+END_TEST
+
 Suite *suite_attention(void)
 {
     build_grid();
@@ -348,6 +410,8 @@ Suite *suite_attention(void)
     tcase_add_test(tc, grid_covers_every_pair);
     tcase_add_loop_test(tc, grid_case, 0, grid_len);
     tcase_add_test(tc, broadcast_input_strides);
+    tcase_add_loop_test(tc, q_layout_same_bits, 0,
+                        4 * COUNT(SAME_BITS_SHAPES));
     suite_add_tcase(s, tc);
     return s;
 }
