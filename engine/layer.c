@@ -388,7 +388,7 @@ static void project(const mha_layer *l, int i, const void *a, rows_of ra,
             continue;
         }
         /* The chunk's rows copied at a padded stride (LINEAR_PAD), the
-         * same bits: 1.05x on the E = 1024 layer (Zen 4, AVX-512;
+         * same bits: 1.03-1.10x on the E = 1024 layer (Zen 4, AVX-512;
          * docs/benchmarks.md). */
         const float *src = (const float *)a + b * ra.sb + r0 * ra.ss;
         for (int64_t r = 0; r < m; r++)
