@@ -20,6 +20,13 @@
  *       o rows i < R += pk[k][i] times value row rows[k] for the K (1 or
  *       2, a constant) keys k in key order, one FMA per key and element,
  *       fetching the runs pf[k] (unless pf is NULL) as it goes
+ *   dot_rows_keys(G, K, q, ldq, rows, t, sc, d, s, lds)   (optional:
+ *       MK_QK_BLOCK) s[i * lds + k] = q row i . key row rows[k] (times
+ *       sc[k] when t is scaled), i < G, k < K = MK_QK_BLOCK / G, G > 1
+ *   pv_block(K, G, pk, rows, t, dv, o, ldo, pf)   (optional: MK_PV_BLOCK)
+ *       pv_keys's sum for whole kv heads of G > 1 rows and K keys, K a
+ *       constant up to MK_PV_BLOCK, fetching the runs pf[k] (as
+ *       prefetch_run) among the keys' work
  *   prefetch_run(run, bytes, l1)
  *       fetch a run of bytes ahead (grouped rows); l1 is mk_heads.into_l1
  *   prefetch_run_near(run, bytes, l1)
@@ -37,6 +44,50 @@
  */
 #ifndef MK_DECODE_HEADS_H
 #define MK_DECODE_HEADS_H
+
+/* (row, key) scores per dot_rows_keys call (0: the file has none;
+ * grouped rows then go key by key through rows_dot). */
+#ifndef MK_QK_BLOCK
+#define MK_QK_BLOCK 0
+#endif
+
+/* Keys per pv_block call (0: the file has none; grouped rows then go by
+ * pairs of keys). */
+#ifndef MK_PV_BLOCK
+#define MK_PV_BLOCK 0
+#endif
+
+/* mk_decode_row for the blocked loops below, which take several keys'
+ * rows at once: the empty asm keeps gcc from vectorising their loops over
+ * the keys into masked loads through the row table, which it then issues
+ * through a NULL table too, and Zen 4 runs a masked load whose masked
+ * lanes would fault through a microcode assist (grouped-query decode from
+ * a [B, H, L, D] cache read 0.6x; docs/benchmarks.md). The one-key loops
+ * keep mk_decode_row: the barrier there only moved their code, for
+ * +8% fp32 and -4% int8 (avx2) [B, L, H, D] decode, alignment effects. */
+INLINE const char *row_at(const void *base, ptrdiff_t ld,
+                          const void *const *rows, size_t es, int64_t j)
+{
+    const char *r = mk_decode_row(base, ld, rows, es, j);
+    __asm__("" : "+r"(r));
+    return r;
+}
+
+/* Rows j .. j + K - 1 of a blocked loop (rows[x], off bytes into the
+ * position) and the runs dist positions on from them (ahead[x]; NULL at
+ * or past reach, as fetch_ahead), through row_at. */
+INLINE void block_rows(const int K, const void *base, ptrdiff_t ld,
+                       const void *const *tab, size_t es, int64_t j,
+                       int64_t reach, int64_t dist, size_t off,
+                       const char **rows, const char **ahead)
+{
+    for (int x = 0; x < K; x++) {
+        rows[x] = row_at(base, ld, tab, es, j + x) + off;
+        ahead[x] = j + x + dist < reach
+                       ? row_at(base, ld, tab, es, j + x + dist) + off
+                       : NULL;
+    }
+}
 
 /* The fetch ahead, heads_ahead positions on, spread: each kv head's
  * row of the position ahead is fetched with the head's own work on the
@@ -116,6 +167,87 @@ INLINE void keys_dot_n(int64_t r, const float *q, ptrdiff_t ldq,
                      lds, pf + i * pf_step, pf_step);
 }
 
+#if MK_QK_BLOCK > 0
+/* Whole kv heads of G > 1 rows (a constant), MK_QK_BLOCK / G keys at a
+ * time through dot_rows_keys, each head's runs of the keys MK_QK_BLOCK / G
+ * positions ahead fetched among its chunks; returns the keys done (a
+ * multiple of MK_QK_BLOCK / G), the rest left to rows_dot. */
+INLINE int64_t qk_block_keys(const int G, const float *q, ptrdiff_t ldq,
+                             int64_t m, const void *k, mk_dtype t,
+                             ptrdiff_t ldk, const void *const *k_rows,
+                             const float *ks, ptrdiff_t ks_ld, int64_t n,
+                             int64_t d, float *s, ptrdiff_t lds,
+                             const mk_heads *h, size_t off, int64_t dist)
+{
+    const size_t es = mk_dtype_size(t);
+    const size_t hb = (size_t)h->ld * es;
+    const int QK_KEYS = MK_QK_BLOCK / G;
+    int64_t j = 0;
+    for (; j + QK_KEYS <= n; j += QK_KEYS) {
+        const char *rows[MK_QK_BLOCK], *ahead[MK_QK_BLOCK];
+        block_rows(QK_KEYS, k, ldk, k_rows, es, j, n + h->more, dist, off,
+                   rows, ahead);
+        for (int64_t g = 0, i = 0; i < m; g++, i += G) {
+            const char *rg[MK_QK_BLOCK], *pf[MK_QK_BLOCK];
+            float sc[MK_QK_BLOCK];
+            for (int x = 0; x < QK_KEYS; x++) {
+                rg[x] = rows[x] + g * hb;
+                pf[x] = (ahead[x] ? ahead[x] : rows[x]) + g * hb;
+                sc[x] = mk_dtype_scaled(t)
+                            ? ks[(j + x) * ks_ld + g * h->scale_ld]
+                            : 1.0f;
+            }
+            dot_rows_keys(G, QK_KEYS, q + i * ldq, ldq, rg, t, sc, d,
+                          s + i * lds + j, lds, pf);
+        }
+    }
+    return j;
+}
+#endif
+
+#if MK_QK_BLOCK > 0 || MK_PV_BLOCK > 2
+/* The blocked loops of grouped rows are compiled out of line, one copy per
+ * dtype and group: inlined into the kernels' entry points beside every
+ * other path, they slowed the one-row-per-kv-head loops of the same
+ * function 3-4% (8-bit and fp16 [B, L, H, D] decode, 1T, Zen 4, measured
+ * in one process against the previous build; docs/benchmarks.md). */
+#define MK_BLOCKS_BY_GROUP(G, T, CALL)                                    \
+    switch (G) {                                                          \
+    case 2: return CALL(2, T);                                            \
+    case 4: return CALL(4, T);                                            \
+    case 8: return CALL(8, T);                                            \
+    default: return 0;                                                    \
+    }
+/* return CALL(G, T) with G (2, 4 or 8) and the dtype t as constants T;
+ * other groups return 0 (no keys done). */
+#define MK_BLOCKS_RETURN(G, t, CALL)                                      \
+    switch (t) {                                                          \
+    case MK_F32: MK_BLOCKS_BY_GROUP(G, MK_F32, CALL)                      \
+    case MK_F16: MK_BLOCKS_BY_GROUP(G, MK_F16, CALL)                      \
+    case MK_BF16: MK_BLOCKS_BY_GROUP(G, MK_BF16, CALL)                    \
+    case MK_I8: MK_BLOCKS_BY_GROUP(G, MK_I8, CALL)                        \
+    case MK_FP8_E4M3: MK_BLOCKS_BY_GROUP(G, MK_FP8_E4M3, CALL)            \
+    case MK_FP8_E5M2: MK_BLOCKS_BY_GROUP(G, MK_FP8_E5M2, CALL)            \
+    case MK_DTYPE_COUNT: break;                                           \
+    }                                                                     \
+    return 0
+#endif
+
+#if MK_QK_BLOCK > 0
+static __attribute__((noinline)) int64_t
+qk_blocks(int G, const float *q, ptrdiff_t ldq, int64_t m, const void *k,
+          mk_dtype t, ptrdiff_t ldk, const void *const *k_rows,
+          const float *ks, ptrdiff_t ks_ld, int64_t n, int64_t d, float *s,
+          ptrdiff_t lds, const mk_heads *h, size_t off, int64_t dist)
+{
+#define QK_BLOCKS(GG, T)                                                  \
+    qk_block_keys(GG, q, ldq, m, k, T, ldk, k_rows, ks, ks_ld, n, d, s, lds, \
+                  h, off, dist)
+    MK_BLOCKS_RETURN(G, t, QK_BLOCKS);
+#undef QK_BLOCKS
+}
+#endif
+
 INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
                             int64_t m, const void *k, mk_dtype t,
                             ptrdiff_t ldk, const void *const *k_rows,
@@ -127,7 +259,13 @@ INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
     const int64_t group = G > 0 ? G : h->group;
     const size_t hb = (size_t)h->ld * es;
     const int64_t dist = heads_ahead(m, group, hb, h);
-    for (int64_t j = 0; j < n; j++) {
+    int64_t j = 0;
+#if MK_QK_BLOCK > 0
+    if (G > 1 && G <= MK_QK_BLOCK) /* out of line (MK_BLOCKS_RETURN) */
+        j = qk_blocks(G, q, ldq, m, k, t, ldk, k_rows, ks, ks_ld, n, d, s,
+                      lds, h, off, dist);
+#endif
+    for (; j < n; j++) {
         const char *row = mk_decode_row(k, ldk, k_rows, es, j) + off;
         const char *ahead =
             fetch_ahead(k, ldk, k_rows, es, j, n + h->more, dist, off);
@@ -214,6 +352,79 @@ INLINE void pv_heads_keys(const int K, const int G, const float *p,
     }
 }
 
+#if MK_PV_BLOCK > 2
+/* Keys j .. j + MK_PV_BLOCK - 1 of every kv head of G > 1 rows (a
+ * constant) into the caller's accumulator: pv_block keeps a head's output
+ * chunks in registers across the keys (one FMA per key and element in key
+ * order, as pv_keys) and fetches the keys' runs of the head ahead among
+ * their work. */
+INLINE void pv_heads_block(const int G, const float *p, ptrdiff_t ldp,
+                           int64_t m, int64_t n, int64_t j, const void *v,
+                           mk_dtype t, ptrdiff_t ldv,
+                           const void *const *v_rows, const float *vs,
+                           ptrdiff_t vs_ld, int64_t dv, float *o,
+                           ptrdiff_t ldo, const mk_heads *h, int64_t dist,
+                           size_t off)
+{
+    const size_t es = mk_dtype_size(t);
+    const size_t hb = (size_t)h->ld * es;
+    const char *row[MK_PV_BLOCK], *ahead[MK_PV_BLOCK];
+    block_rows(MK_PV_BLOCK, v, ldv, v_rows, es, j, n + h->more, dist, off,
+               row, ahead);
+    for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += G) {
+        const char *rg[MK_PV_BLOCK], *pf[MK_PV_BLOCK];
+        /* A scaled row's probability takes its scale (and the code
+         * factor, exact), as in pv_heads_keys. */
+        float pk[MK_PV_BLOCK][MK_DECODE_ROWS];
+        for (int k = 0; k < MK_PV_BLOCK; k++) {
+            rg[k] = row[k] + g * hb;
+            pf[k] = (ahead[k] ? ahead[k] : row[k]) + g * hb;
+            for (int i = 0; i < G; i++)
+                pk[k][i] = mk_dtype_scaled(t)
+                               ? p[(i0 + i) * ldp + j + k] *
+                                     vs[(j + k) * vs_ld + g * h->scale_ld] *
+                                     code_factor(t)
+                               : p[(i0 + i) * ldp + j + k];
+        }
+        pv_block(MK_PV_BLOCK, G, (const float(*)[MK_DECODE_ROWS])pk, rg, t,
+                 dv, o + i0 * ldo, ldo, pf);
+    }
+}
+
+/* pv_heads_block over the keys, MK_PV_BLOCK at a time; returns the keys
+ * done (the rest left to pv_heads_keys). */
+INLINE int64_t pv_heads_blocks(const int G, const float *p, ptrdiff_t ldp,
+                               int64_t m, int64_t n, const void *v,
+                               mk_dtype t, ptrdiff_t ldv,
+                               const void *const *v_rows, const float *vs,
+                               ptrdiff_t vs_ld, int64_t dv, float *o,
+                               ptrdiff_t ldo, const mk_heads *h, int64_t dist,
+                               size_t off)
+{
+    int64_t j = 0;
+    for (; j + MK_PV_BLOCK <= n; j += MK_PV_BLOCK)
+        pv_heads_block(G, p, ldp, m, n, j, v, t, ldv, v_rows, vs, vs_ld, dv,
+                       o, ldo, h, dist, off);
+    return j;
+}
+#endif
+
+#if MK_PV_BLOCK > 2
+/* pv_heads_blocks out of line, as qk_blocks. */
+static __attribute__((noinline)) int64_t
+pv_blocks(int G, const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+          const void *v, mk_dtype t, ptrdiff_t ldv, const void *const *v_rows,
+          const float *vs, ptrdiff_t vs_ld, int64_t dv, float *o,
+          ptrdiff_t ldo, const mk_heads *h, int64_t dist, size_t off)
+{
+#define PV_BLOCKS(GG, T)                                                  \
+    pv_heads_blocks(GG, p, ldp, m, n, v, T, ldv, v_rows, vs, vs_ld, dv, o,  \
+                    ldo, h, dist, off)
+    MK_BLOCKS_RETURN(G, t, PV_BLOCKS);
+#undef PV_BLOCKS
+}
+#endif
+
 /* The output rows of every head in the caller's accumulator (alpha
  * already applied): grouped rows and 8-bit types two keys at a time
  * (pv_heads_keys), one query row per kv head of fp32 or 16-bit one at a
@@ -233,6 +444,11 @@ INLINE void decode_pv_heads(const int G, const float *p, ptrdiff_t ldp,
     const int64_t group = G > 0 ? G : h->group;
     const int64_t dist = heads_ahead(m, group, (size_t)h->ld * es, h);
     int64_t j = 0;
+#if MK_PV_BLOCK > 2
+    if (G > 1 && G <= MK_DECODE_ROWS) /* out of line, as qk_blocks */
+        j = pv_blocks(G, p, ldp, m, n, v, t, ldv, v_rows, vs, vs_ld, dv, o,
+                      ldo, h, dist, off);
+#endif
     if (G != 1 || mk_dtype_size(t) == 1)
         for (; j + 2 <= n; j += 2)
             pv_heads_keys(2, G, p, ldp, m, n, j, v, t, ldv, v_rows, vs,

@@ -323,6 +323,106 @@ INLINE void keys_dot(const int R, const float *q, ptrdiff_t ldq,
     }
 }
 
+/* The (row, key) scores dot_rows_keys computes at once. */
+#define MK_QK_BLOCK 8
+
+/* Eight scores from their chains, x[i] = a[i][0] + a[i][1]: hsum16's
+ * steps (lanes l and l + 8, then l + 4, l + 2, l + 1, each sum in that
+ * order), but for eight vectors at once, transposed by shuffles: 15 adds
+ * for 8 scores instead of 5 adds and 4 shuffles per score. Lane i of the
+ * result (i < 8) is x[i]'s sum, the same float as hsum16's. */
+INLINE __m256 hsum16x8(const __m512 *x)
+{
+    __m512 y[4], z[2];
+    for (int p = 0; p < 4; p++) /* 256-bit halves: x[2p], x[2p + 1] */
+        y[p] = _mm512_add_ps(
+            _mm512_shuffle_f32x4(x[2 * p], x[2 * p + 1], 0x44),
+            _mm512_shuffle_f32x4(x[2 * p], x[2 * p + 1], 0xEE));
+    for (int p = 0; p < 2; p++) /* 128-bit quarters: lane k of z[p] */
+        z[p] = _mm512_add_ps(
+            _mm512_shuffle_f32x4(y[2 * p], y[2 * p + 1], 0x88),
+            _mm512_shuffle_f32x4(y[2 * p], y[2 * p + 1], 0xDD));
+    /* Per 128-bit lane k: u[0] + u[2], u[1] + u[3] of x[k], then x[k + 4]. */
+    const __m512 w = _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], 0x44),
+                                   _mm512_shuffle_ps(z[0], z[1], 0xEE));
+    /* v[0] + v[1]: lane 4k holds x[k]'s sum, 4k + 1 x[k + 4]'s. */
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(w, w, 0x88),
+                                   _mm512_shuffle_ps(w, w, 0xDD));
+    return _mm512_castps512_ps256(_mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0),
+        r));
+}
+
+/* s[r * lds + k] = q row r . key row rows[k] (times sc[k] when t is
+ * scaled), r < R, k < K, R * K = MK_QK_BLOCK (grouped rows: a kv head's
+ * G rows against K = 8 / G keys): each key's chunks widened once and each
+ * query chunk loaded once for all of them, and the eight sums reduced
+ * together (hsum16x8). Chains and sums are dot_rows's, bit for bit. */
+INLINE void dot_rows_keys(const int R, const int K, const float *q,
+                          ptrdiff_t ldq, const char *const *rows, mk_dtype t,
+                          const float *sc, int64_t d, float *s, ptrdiff_t lds,
+                          const char *const *pf)
+{
+    const size_t es = mk_dtype_size(t);
+    __m512 a[MK_QK_BLOCK][2];
+    for (int x = 0; x < R * K; x++)
+        a[x][0] = a[x][1] = _mm512_setzero_ps();
+    int64_t c = 0;
+    for (; c + 32 <= d; c += 32) {
+        __m512 kv[MK_QK_BLOCK][2];
+        for (int k = 0; k < K; k++) {
+            mk_fetch_step(pf[k], (size_t)c * es, 32 * es);
+            kv[k][0] = load16(rows[k], t, c, 1, 0);
+            kv[k][1] = load16(rows[k], t, c + 16, 1, 0);
+        }
+        for (int r = 0; r < R; r++) {
+            const __m512 q0 = _mm512_loadu_ps(q + r * ldq + c),
+                         q1 = _mm512_loadu_ps(q + r * ldq + c + 16);
+            for (int k = 0; k < K; k++) {
+                a[r * K + k][0] = _mm512_fmadd_ps(q0, kv[k][0], a[r * K + k][0]);
+                a[r * K + k][1] = _mm512_fmadd_ps(q1, kv[k][1], a[r * K + k][1]);
+            }
+        }
+    }
+    if (c < d) { /* as dot_rows: an even chunk, then an odd one if any */
+        const __mmask16 m0 = lanes(d - c), m1 = lanes(d - c - 16);
+        for (int k = 0; k < K; k++) {
+            const __m512 k0 = load16(rows[k], t, c, 0, m0);
+            for (int r = 0; r < R; r++)
+                a[r * K + k][0] = _mm512_fmadd_ps(
+                    _mm512_maskz_loadu_ps(m0, q + r * ldq + c), k0,
+                    a[r * K + k][0]);
+            if (m1) {
+                const __m512 k1 = load16(rows[k], t, c + 16, 0, m1);
+                for (int r = 0; r < R; r++)
+                    a[r * K + k][1] = _mm512_fmadd_ps(
+                        _mm512_maskz_loadu_ps(m1, q + r * ldq + c + 16), k1,
+                        a[r * K + k][1]);
+            }
+        }
+    }
+    for (int k = 0; k < K; k++)
+        mk_fetch_rest(pf[k], (size_t)c * es, (size_t)d * es);
+    __m512 x[MK_QK_BLOCK];
+    for (int i = 0; i < MK_QK_BLOCK; i++)
+        x[i] = i < R * K ? _mm512_add_ps(a[i][0], a[i][1])
+                         : _mm512_setzero_ps();
+    __m256 sum = hsum16x8(x);
+    if (mk_dtype_scaled(t)) { /* scaled_score's x * factor * sc, per lane */
+        float scale[MK_QK_BLOCK];
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < K; k++)
+                scale[r * K + k] = sc[k];
+        sum = _mm256_mul_ps(_mm256_mul_ps(sum, _mm256_set1_ps(code_factor(t))),
+                            _mm256_loadu_ps(scale));
+    }
+    float out[MK_QK_BLOCK];
+    _mm256_storeu_ps(out, sum);
+    for (int r = 0; r < R; r++)
+        for (int k = 0; k < K; k++)
+            s[r * lds + k] = out[r * K + k];
+}
+
 /* s[r * lds] = q row r . key row, r < m <= MK_DECODE_ROWS: every row
  * against the key at once. */
 INLINE void rows_dot(const float *q, ptrdiff_t ldq, int64_t m,
@@ -416,6 +516,80 @@ INLINE void prefetch_run(const char *run, size_t run_bytes, int l1)
     prefetch_row(run, run_bytes);
 }
 
+/* Keys a grouped kv head's rows take at once (pv_block; decode_heads.h
+ * calls it for K > 2 keys of rows of whole kv heads). */
+#define MK_PV_BLOCK 8
+
+/* o rows i < G (a kv head's rows, G = 2, 4 or 8, a constant) += pk[k][i]
+ * times value row rg[k], for the K keys k < K in key order: one FMA per
+ * key and element, as pv_keys, but the outputs of C = 16 / G chunks of
+ * all G rows stay in registers (4 rows x 4 chunks at G = 4) across the K
+ * keys, each key's chunks widened once for the G rows and the broadcast
+ * of a probability shared by its C chunks. pv_keys loads and stores each
+ * output chunk once per key pair: for grouped rows as many 512-bit
+ * stores as FMAs, and Zen 4 takes two cycles a store (docs/benchmarks.md). */
+INLINE void pv_block(const int K, const int G,
+                     const float (*pk)[MK_DECODE_ROWS],
+                     const char *const *rg, mk_dtype t, int64_t dv, float *o,
+                     ptrdiff_t ldo, const char *const *pf)
+{
+    const size_t run = (size_t)dv * mk_dtype_size(t);
+    const int C = 16 / G; /* chunks a row keeps in registers */
+    const int64_t full = dv / 16 * 16;
+    int64_t c = 0;
+    for (; c + 16 * C <= full; c += 16 * C) {
+        __m512 acc[16];
+        for (int i = 0; i < G; i++)
+            for (int x = 0; x < C; x++)
+                acc[i * C + x] = _mm512_loadu_ps(o + i * ldo + c + 16 * x);
+        for (int k = 0; k < K; k++) {
+            __m512 xv[16];
+            if (c == 0 && pf && pf[k]) /* run k's fetch among its FMAs */
+                prefetch_run(pf[k], run, 0);
+#ifdef MK_AVX512_VBMI
+            if (t == MK_FP8_E4M3 && C % 4 == 0) /* 64 codes per lookup */
+                for (int x = 0; x < C; x += 4)
+                    e4m3_to_f32x4(_mm512_loadu_si512((const int8_t *)rg[k] +
+                                                     c + 16 * x),
+                                  xv + x);
+            else
+#endif
+                for (int x = 0; x < C; x++)
+                    xv[x] = load16(rg[k], t, c + 16 * x, 1, 0);
+            for (int i = 0; i < G; i++) {
+                const __m512 b = _mm512_set1_ps(pk[k][i]);
+                for (int x = 0; x < C; x++)
+                    acc[i * C + x] = _mm512_fmadd_ps(b, xv[x], acc[i * C + x]);
+            }
+        }
+        for (int i = 0; i < G; i++)
+            for (int x = 0; x < C; x++)
+                _mm512_storeu_ps(o + i * ldo + c + 16 * x, acc[i * C + x]);
+    }
+    /* The chunks short of C, and a last partial one, a chunk at a time. */
+    for (; c < dv; c += 16) {
+        const int whole = c + 16 <= dv;
+        const __mmask16 m = lanes(dv - c);
+        __m512 acc[MK_DECODE_ROWS];
+        for (int i = 0; i < G; i++)
+            acc[i] = whole ? _mm512_loadu_ps(o + i * ldo + c)
+                           : _mm512_maskz_loadu_ps(m, o + i * ldo + c);
+        for (int k = 0; k < K; k++) {
+            if (c == 0 && pf && pf[k]) /* dv < 16 C: not fetched yet */
+                prefetch_run(pf[k], run, 0);
+            const __m512 xv = load16(rg[k], t, c, whole, m);
+            for (int i = 0; i < G; i++)
+                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(pk[k][i]), xv, acc[i]);
+        }
+        for (int i = 0; i < G; i++) {
+            if (whole)
+                _mm512_storeu_ps(o + i * ldo + c, acc[i]);
+            else
+                _mm512_mask_storeu_ps(o + i * ldo + c, m, acc[i]);
+        }
+    }
+}
+
 /* One query row per kv head of a 16-bit cache: the head's run (4 lines
  * at d = 128) before the head's work, as the avx2 kernels fetch theirs,
  * into L1 where it has room (l1: mk_heads.into_l1). Against the spread
@@ -439,6 +613,49 @@ INLINE int spread_fetch(mk_dtype t, int l1)
 
 #include "decode_heads.h"
 
+/* Rows of one kv head (m = 2, 4 or 8, a constant) against MK_QK_BLOCK /
+ * m keys at a time (dot_rows_keys), each key's row `ahead` rows on
+ * fetched among the chunks as decode_qk fetches it; returns the keys
+ * done, the rest left to rows_dot. */
+INLINE int64_t qk_rows_block_loop(const int M, const float *q, ptrdiff_t ldq,
+                                  const void *k, mk_dtype t, ptrdiff_t ldk,
+                                  const void *const *k_rows, const float *ks,
+                                  ptrdiff_t ks_ld, int64_t n, int64_t d,
+                                  float *s, ptrdiff_t lds, int64_t ahead)
+{
+    const size_t es = mk_dtype_size(t);
+    const int K = MK_QK_BLOCK / M;
+    int64_t j = 0;
+    for (; j + K <= n; j += K) {
+        const char *rows[MK_QK_BLOCK], *pf[MK_QK_BLOCK];
+        float sc[MK_QK_BLOCK];
+        for (int x = 0; x < K; x++) {
+            rows[x] = row_at(k, ldk, k_rows, es, j + x);
+            pf[x] = j + x + ahead < n
+                        ? row_at(k, ldk, k_rows, es, j + x + ahead)
+                        : rows[x];
+            sc[x] = mk_dtype_scaled(t) ? ks[(j + x) * ks_ld] : 1.0f;
+        }
+        dot_rows_keys(M, K, q, ldq, rows, t, sc, d, s + j, lds, pf);
+    }
+    return j;
+}
+
+/* Out of line, one copy per dtype and row count (decode_heads.h,
+ * MK_BLOCKS_RETURN). */
+static __attribute__((noinline)) int64_t
+qk_rows_blocks(const float *q, ptrdiff_t ldq, int64_t m, const void *k,
+               mk_dtype t, ptrdiff_t ldk, const void *const *k_rows,
+               const float *ks, ptrdiff_t ks_ld, int64_t n, int64_t d,
+               float *s, ptrdiff_t lds, int64_t ahead)
+{
+#define QK_ROWS(M, T)                                                     \
+    qk_rows_block_loop(M, q, ldq, k, T, ldk, k_rows, ks, ks_ld, n, d, s, lds, \
+                       ahead)
+    MK_BLOCKS_RETURN(m, t, QK_ROWS);
+#undef QK_ROWS
+}
+
 INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                       const void *k, mk_dtype t, ptrdiff_t ldk,
                       const void *const *k_rows, const float *ks,
@@ -452,7 +669,11 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
         return;
     }
     const int64_t ahead = mk_ahead_rows(row_bytes);
-    for (int64_t j = 0; j < n; j++) {
+    int64_t j = 0;
+    if (m == 2 || m == 4 || m == 8) /* a grouped-query group's rows */
+        j = qk_rows_blocks(q, ldq, m, k, t, ldk, k_rows, ks, ks_ld, n, d, s,
+                           lds, ahead);
+    for (; j < n; j++) {
         const char *row = mk_decode_row(k, ldk, k_rows, es, j);
         const float sc = mk_dtype_scaled(t) ? ks[j * ks_ld] : 1.0f;
         if (j + ahead < n)
