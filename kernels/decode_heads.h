@@ -297,19 +297,6 @@ INLINE void decode_qk_heads(const int G, const float *q, ptrdiff_t ldq,
     }
 }
 
-/* Row i's probability of key j as the value loops take it: a scaled
- * row's takes the row's scale (vs[j * vs_ld + off], off the kv head's
- * place) and the code factor (exact), one multiply per key and row rather
- * than per element. */
-INLINE float key_prob(mk_dtype t, const float *p, ptrdiff_t ldp, int64_t i,
-                      int64_t j, const float *vs, ptrdiff_t vs_ld,
-                      ptrdiff_t off)
-{
-    return mk_dtype_scaled(t) ? p[i * ldp + j] * vs[j * vs_ld + off] *
-                                    code_factor(t)
-                              : p[i * ldp + j];
-}
-
 /* Keys j .. j + K - 1 (K = 1 or 2) of every head into the caller's
  * accumulator: per head, pv_keys takes the K keys' value rows at once, so
  * the head's output chunk is loaded and stored once for them, and its
@@ -346,11 +333,16 @@ INLINE void pv_heads_keys(const int K, const int G, const float *p,
                 prefetch_run(pf[k], (size_t)dv * es, h->into_l1);
         }
         const int64_t nr = m - i0 < group ? m - i0 : group;
+        /* A scaled row's probability takes its scale (and the code
+         * factor, exact): one multiply per key and row. */
         float pk[2][MK_DECODE_ROWS] = {{0}}; /* (gcc cannot see nr == G) */
         for (int k = 0; k < K; k++)
             for (int64_t i = 0; i < nr; i++)
-                pk[k][i] = key_prob(t, p, ldp, i0 + i, j + k, vs, vs_ld,
-                                    g * h->scale_ld);
+                pk[k][i] = mk_dtype_scaled(t)
+                               ? p[(i0 + i) * ldp + j + k] *
+                                     vs[(j + k) * vs_ld + g * h->scale_ld] *
+                                     code_factor(t)
+                               : p[(i0 + i) * ldp + j + k];
         if (G > 0) /* whole kv heads (MK_HEADS_GROUP_SWITCH) */
             pv_keys(K, G, (const float(*)[MK_DECODE_ROWS])pk, rg, t, dv,
                     o + i0 * ldo, ldo, spread ? pf : NULL);
@@ -381,13 +373,18 @@ INLINE void pv_heads_block(const int G, const float *p, ptrdiff_t ldp,
                row, ahead);
     for (int64_t g = 0, i0 = 0; i0 < m; g++, i0 += G) {
         const char *rg[MK_PV_BLOCK], *pf[MK_PV_BLOCK];
+        /* A scaled row's probability takes its scale (and the code
+         * factor, exact), as in pv_heads_keys. */
         float pk[MK_PV_BLOCK][MK_DECODE_ROWS];
         for (int k = 0; k < MK_PV_BLOCK; k++) {
             rg[k] = row[k] + g * hb;
             pf[k] = (ahead[k] ? ahead[k] : row[k]) + g * hb;
             for (int i = 0; i < G; i++)
-                pk[k][i] = key_prob(t, p, ldp, i0 + i, j + k, vs, vs_ld,
-                                    g * h->scale_ld);
+                pk[k][i] = mk_dtype_scaled(t)
+                               ? p[(i0 + i) * ldp + j + k] *
+                                     vs[(j + k) * vs_ld + g * h->scale_ld] *
+                                     code_factor(t)
+                               : p[(i0 + i) * ldp + j + k];
         }
         pv_block(MK_PV_BLOCK, G, (const float(*)[MK_DECODE_ROWS])pk, rg, t,
                  dv, o + i0 * ldo, ldo, pf);

@@ -527,9 +527,7 @@ INLINE void prefetch_run(const char *run, size_t run_bytes, int l1)
  * keys, each key's chunks widened once for the G rows and the broadcast
  * of a probability shared by its C chunks. pv_keys loads and stores each
  * output chunk once per key pair: for grouped rows as many 512-bit
- * stores as FMAs, and Zen 4 takes two cycles a store (docs/benchmarks.md).
- * Key k's run pf[k] is fetched with the first chunks' work; it is never
- * NULL (a key with nothing ahead is given its own row, decode_heads.h). */
+ * stores as FMAs, and Zen 4 takes two cycles a store (docs/benchmarks.md). */
 INLINE void pv_block(const int K, const int G,
                      const float (*pk)[MK_DECODE_ROWS],
                      const char *const *rg, mk_dtype t, int64_t dv, float *o,
@@ -546,7 +544,7 @@ INLINE void pv_block(const int K, const int G,
                 acc[i * C + x] = _mm512_loadu_ps(o + i * ldo + c + 16 * x);
         for (int k = 0; k < K; k++) {
             __m512 xv[16];
-            if (c == 0) /* run k's fetch among its FMAs */
+            if (c == 0 && pf && pf[k]) /* run k's fetch among its FMAs */
                 prefetch_run(pf[k], run, 0);
 #ifdef MK_AVX512_VBMI
             if (t == MK_FP8_E4M3 && C % 4 == 0) /* 64 codes per lookup */
@@ -577,7 +575,7 @@ INLINE void pv_block(const int K, const int G,
             acc[i] = whole ? _mm512_loadu_ps(o + i * ldo + c)
                            : _mm512_maskz_loadu_ps(m, o + i * ldo + c);
         for (int k = 0; k < K; k++) {
-            if (c == 0) /* dv < 16 C: not fetched yet */
+            if (c == 0 && pf && pf[k]) /* dv < 16 C: not fetched yet */
                 prefetch_run(pf[k], run, 0);
             const __m512 xv = load16(rg[k], t, c, whole, m);
             for (int i = 0; i < G; i++)
