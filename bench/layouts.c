@@ -140,8 +140,11 @@ int main(int argc, char **argv)
         return usage();
     const int64_t B = dims[0], H = dims[1], KV = dims[2], LK = dims[3],
                   D = dims[4];
-    if (B < 1 || H < 1 || KV < 1 || LK < 1 || D < 1 || H % KV != 0 ||
-        B * LK * KV * D > ((int64_t)1 << 34))
+    /* Each size bounded first, so the product cannot overflow; the K/V
+     * elements at most 2^34. */
+    if (B < 1 || H < 1 || KV < 1 || LK < 1 || D < 1 || B > 4096 ||
+        H > 4096 || KV > H || LK > ((int64_t)1 << 24) || D > 4096 ||
+        H % KV != 0 || B * LK * KV * D > ((int64_t)1 << 34))
         return usage();
     const size_t es = mha_dtype_size(t);
     const size_t nq = (size_t)(B * H * D), nk = (size_t)(B * LK * KV * D);
