@@ -15,7 +15,8 @@
  * round times a batch of each (order rotating), and the medians of the
  * rates and of the per-round ratios are printed with their quartiles.
  * --huge advises the K/V buffers onto 2 MiB pages (madvise; where the
- * system allows them). Not run by scripts/bench.
+ * system allows them). scripts/bench --quick runs it once on a tiny
+ * shape, as a smoke test; the timed sweep does not run it.
  */
 #define _DEFAULT_SOURCE /* madvise */
 #include <stdint.h>
