@@ -100,6 +100,13 @@ MK_INLINE MK_V mk_v_exp2k(MK_V t, MK_V k)
 /* The sum of P rides in the exp pass: nothing is called across it. */
 #define MK_SM_FUSED_SUM 1
 #define mk_v_tanh Sleef_tanhf8_u10avx2
+/* Prefill output rows by non-temporal stores (normalize), as on AVX-512:
+ * nothing reads them back, so reading each line for ownership first is
+ * wasted (docs/design.md). _mm256_stream_ps needs 32-byte alignment; the
+ * driver streams only 64-byte aligned rows of whole vectors. */
+#define MK_V_STREAM 1
+#define mk_v_stream _mm256_stream_ps
+#define mk_v_stream_fence _mm_sfence
 MK_INLINE float mk_v_hmax(MK_V x)
 {
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(x),

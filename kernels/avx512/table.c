@@ -2,17 +2,19 @@
  * with the compute kernels replaced, and the decode kernels: memory-bound
  * for fp32 and 16-bit caches, but bound by the widening of 8-bit ones,
  * which 16-lane conversions halve. block_q is a
- * multiple of the 12-row tile and block_k of the 32-key panel; 144 x 256
- * keeps the avx2 table's causal behaviour and a 144 KiB score tile in L2
- * (other sizes ran alike: docs/design.md). */
+ * multiple of the 12-row tile and block_k of the 32-key panel; 96 x 512,
+ * the avx2 table's blocks (kernels/avx2/table.c: half the softmax step's
+ * per-row work of 256-key blocks, a 192 KiB score tile), read 1.00-1.02x
+ * the speed of 144 x 256 in fp32 and 1.02x in bf16 on Zen 4
+ * (docs/benchmarks.md). */
 #include "avx512.h"
 #include "tile.h"
 
 #ifndef MK_AVX512_BLOCK_Q
-#define MK_AVX512_BLOCK_Q 144
+#define MK_AVX512_BLOCK_Q 96
 #endif
 #ifndef MK_AVX512_BLOCK_K
-#define MK_AVX512_BLOCK_K 256
+#define MK_AVX512_BLOCK_K 512
 #endif
 _Static_assert(MK_AVX512_BLOCK_K % MK_AVX512_NR == 0,
                "block_k is a multiple of the packing panel");
