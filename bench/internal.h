@@ -7,6 +7,18 @@
 
 #include "mha.h"
 
+/* Uniform in [-1, 1): a hash of (seed, index) (SplitMix64's finaliser),
+ * so inputs do not depend on the thread count that fills them; shim.c's
+ * inputs and layouts.c's caches. */
+static inline float bench_value(uint64_t seed, size_t i)
+{
+    uint64_t z = seed * 0x9E3779B97F4A7C15u + i;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    z ^= z >> 31;
+    return 2.0f * ((float)(z >> 40) * (1.0f / 16777216.0f)) - 1.0f;
+}
+
 /* shim.c: records a formatted message for bench_error(). Returns -1. */
 int bench_fail(const char *fmt, ...)
 #if defined(__GNUC__)

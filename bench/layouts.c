@@ -70,16 +70,6 @@ static void *buffer(size_t bytes, int huge)
     return p;
 }
 
-/* Uniform in [-1, 1): a hash of (seed, index), as shim.c's inputs. */
-static float value(uint64_t seed, size_t i)
-{
-    uint64_t z = seed * 0x9E3779B97F4A7C15u + i;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-    z ^= z >> 31;
-    return 2.0f * ((float)(z >> 40) * (1.0f / 16777216.0f)) - 1.0f;
-}
-
 /* n elements of dtype t from the hash, in chunks through fp32. */
 static void fill(void *x, mha_dtype t, size_t n, uint64_t seed)
 {
@@ -87,7 +77,7 @@ static void fill(void *x, mha_dtype t, size_t n, uint64_t seed)
     for (size_t i0 = 0; i0 < n; i0 += 1024) {
         size_t m = n - i0 < 1024 ? n - i0 : 1024;
         for (size_t i = 0; i < m; i++)
-            chunk[i] = value(seed, i0 + i);
+            chunk[i] = bench_value(seed, i0 + i);
         if (t == MHA_F32)
             memcpy((float *)x + i0, chunk, m * sizeof *chunk);
         else if (t == MHA_F16)

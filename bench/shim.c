@@ -54,19 +54,12 @@ static float *alloc_floats(size_t n)
     return aligned_alloc(64, bytes > 0 ? bytes : 64);
 }
 
-/* Uniform in [-amplitude, amplitude): a hash of (seed, index), so the data
- * does not depend on the thread count that fills it. */
+/* Uniform in [-amplitude, amplitude) (bench_value). */
 static void fill(float *x, size_t n, uint64_t seed, float amplitude)
 {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; ++i) {
-        uint64_t z = seed * 0x9E3779B97F4A7C15u + i;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-        z ^= z >> 31;
-        const float unit = (float)(z >> 40) * (1.0f / 16777216.0f);
-        x[i] = amplitude * (2.0f * unit - 1.0f);
-    }
+    for (size_t i = 0; i < n; ++i)
+        x[i] = amplitude * bench_value(seed, i);
 }
 
 static mha_tensor make_tensor(float *data, const bench_spec *s, int64_t seq,
