@@ -262,7 +262,7 @@ static void softmax_case(const table_set *ts, int64_t m, int64_t n, int v,
     /* Error scales: P and alpha lie in [0, 1], so 1 is their scale; the row
      * sum is a sum of positive terms, its own scale; the max is relative to
      * itself. Masked P entries and the state of fully masked rows (alpha 1,
-     * max -inf, sum unchanged) must be exact. P and the sum also carry the
+     * max -inf, sum unchanged) must be exact. P, alpha and the sum carry the
      * rounding of the argument x (scale s, plus the ALiBi term, bias...)
      * to float: an error of |x| 2^-24 in exp's exponent, |max| 2^-24 of P
      * relative near the row's maximum (further down P is small enough for
@@ -273,7 +273,8 @@ static void softmax_case(const table_set *ts, int64_t m, int64_t n, int v,
      * two tables' sums differ by 1.4e-5 relative; at |max| <= 9 (every
      * other variant) it adds a tenth. */
     double *mag_sum = test_alloc((size_t)m * sizeof *mag_sum);
-    double *one = test_alloc((size_t)(m * n) * sizeof *one);
+    double *mag_alpha = test_alloc((size_t)m * sizeof *mag_alpha);
+    double *mag_p = test_alloc((size_t)(m * n) * sizeof *mag_p);
     unsigned char *exact_p = test_alloc((size_t)(m * n));
     unsigned char *exact_row = test_alloc((size_t)m);
     unsigned char *exact_alpha = test_alloc((size_t)m);
@@ -309,8 +310,9 @@ static void softmax_case(const table_set *ts, int64_t m, int64_t n, int v,
                     dead ? 1.0
                          : 1.0 + mag_max[i] * 0x1p-23 / TOL_KERNEL_REL;
                 mag_sum[i] = sum_ref[k][i] * arg;
+                mag_alpha[i] = arg;
                 for (int64_t j = 0; j < n; j++) {
-                    one[i * n + j] = arg;
+                    mag_p[i * n + j] = arg;
                     exact_p[i * n + j] =
                         dead || ref_hidden(&mb.mask, i, j) ||
                         (mb.mask.bias &&
@@ -326,14 +328,14 @@ static void softmax_case(const table_set *ts, int64_t m, int64_t n, int v,
             const sm_result *g = x ? &gen[k] : NULL;
             e.kernel = "softmax_update P";
             expect_both(&e, x == 0, got.s, g ? g->s : NULL, m, n, lds,
-                        p_ref[k], one, exact_p);
+                        p_ref[k], mag_p, exact_p);
             /* A maximum that did not move rescales by exactly 1 (an lse
              * of a sink alone stays the sink: the exp of 0 is 1). */
             for (int64_t i = 0; i < m; i++)
                 exact_alpha[i] = exact_row[i] || alpha_ref[k][i] == 1.0;
             e.kernel = "softmax_update alpha";
             expect_both(&e, x == 0, got.alpha, g ? g->alpha : NULL, m, 1, 1,
-                        alpha_ref[k], one, exact_alpha);
+                        alpha_ref[k], mag_alpha, exact_alpha);
             e.kernel = "softmax_update row_sum";
             expect_both(&e, x == 0, got.row_sum, g ? g->row_sum : NULL, m, 1,
                         1, sum_ref[k], mag_sum, exact_row);
@@ -352,7 +354,8 @@ static void softmax_case(const table_set *ts, int64_t m, int64_t n, int v,
         free(tiles[k]), free(p_ref[k]), free(alpha_ref[k]);
         free(max_ref[k]), free(sum_ref[k]);
     }
-    free(rm), free(rs), free(one), free(exact_p), free(exact_row);
+    free(rm), free(rs), free(mag_p), free(mag_alpha), free(exact_p);
+    free(exact_row);
     free(exact_alpha);
     free(mag_max), free(mag_sum), free(mb.keep), free(mb.bias), free(mb.alibi);
     free(mb.key_keep);

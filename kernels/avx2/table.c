@@ -4,7 +4,7 @@
  * (a row's maximum, sums and rescale are paid per key block) against 256:
  * 1-thread prefill 1.5-2% faster on Zen 4. block_q = 96 keeps the 96 x 512
  * score tile at 192 KiB, in the 512 KiB L2 of Zen 3 beside the key panels
- * in use; a head's keys are packed once per thread by the head cache, so
+ * in use (not measured there); a head's keys are packed once per thread by the head cache, so
  * fewer rows a block cost no repacking, and 96 is two causal sub-blocks
  * (docs/design.md, docs/benchmarks.md). */
 #include "avx2.h"
