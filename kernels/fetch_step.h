@@ -1,8 +1,9 @@
 /*
  * The decode kernels' fetch ahead spread over their chunks
- * (kernels/decode_heads.h), shared by the x86 decode files: always
- * inlined beside the loops (a shared helper the compiler may keep out of
- * line compiled to half the prefetches once: docs/benchmarks.md).
+ * (kernels/decode_heads.h), shared by the x86 decode files, and the
+ * packs' fetch of the rows ahead: always inlined beside the loops (a
+ * shared helper the compiler may keep out of line compiled to half the
+ * prefetches once: docs/benchmarks.md).
  */
 #ifndef MK_FETCH_STEP_H
 #define MK_FETCH_STEP_H
@@ -83,6 +84,26 @@ mk_fetch_run(const char *run, size_t bytes, int l1)
             __builtin_prefetch(run + off, 0, 2);
         __builtin_prefetch(run + bytes - 1, 0, 2);
     }
+}
+
+/* Rows a pack fetches ahead of the rows it transposes: two 32-key
+ * panels. */
+#define MK_PACK_AHEAD 64
+
+/* The line at element col of rows [r, r + count) of x (stride ldx) that
+ * exist (below n), into L2: a pack issues it beside its loads of the same
+ * line MK_PACK_AHEAD rows back, so keys read from memory arrive while it
+ * transposes. Keys a page or more apart (a [B, L, H, D] cache) defeat the
+ * hardware prefetchers, and where a block has few query rows (grouped
+ * decode with more than MK_DECODE_ROWS rows a kv head) the pack waited on
+ * them: 16 query rows a kv head read 1.18x faster from either layout
+ * (Zen 4, docs/benchmarks.md). */
+static inline __attribute__((always_inline)) void
+mk_pack_fetch(const float *x, ptrdiff_t ldx, int64_t n, int64_t r,
+              int64_t count, int64_t col)
+{
+    for (int64_t i = 0; i < count && r + i < n; i++)
+        __builtin_prefetch(x + (r + i) * ldx + col, 0, 2);
 }
 
 #endif

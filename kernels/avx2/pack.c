@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include "avx2.h"
+#include "fetch_step.h"
 #include "tile_6x16.h"
 
 size_t mk_avx2_packed_floats(int64_t n, int64_t k)
@@ -60,6 +61,9 @@ void mk_avx2_pack(const float *x, ptrdiff_t ldx, int64_t n,
         if (n - j0 >= MK_AVX2_NR)
             for (; p0 + 8 <= k; p0 += 8) {
                 float *out = panel + p0 * MK_AVX2_NR;
+                if (p0 % 16 == 0) /* a line: two depth blocks */
+                    mk_pack_fetch(x, ldx, n, j0 + MK_PACK_AHEAD, MK_AVX2_NR,
+                                  p0);
                 transpose_8x8(xj + p0, ldx, out);
                 transpose_8x8(xj + 8 * ldx + p0, ldx, out + 8);
             }

@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include "avx512.h"
+#include "fetch_step.h"
 #include "tile.h"
 
 size_t mk_avx512_packed_floats(int64_t n, int64_t k)
@@ -75,6 +76,7 @@ void mk_avx512_pack(const float *x, ptrdiff_t ldx, int64_t n,
         for (int64_t p0 = 0; p0 < k; p0 += 16) {
             int cols = k - p0 >= 16 ? 16 : (int)(k - p0);
             float *out = panel + p0 * MK_AVX512_NR;
+            mk_pack_fetch(x, ldx, n, j0 + MK_PACK_AHEAD, MK_AVX512_NR, p0);
             transpose_16x16(xj + p0, ldx, rows0, cols, out);
             /* (no second half: no pointer past the rows is formed) */
             transpose_16x16(rows1 ? xj + 16 * ldx + p0 : xj + p0, ldx, rows1,
