@@ -54,10 +54,29 @@ typedef struct {
     int cache;            /* a thread keeps a whole head's packed keys */
 } mha_seq;
 
+/* Whether a prefill block of `rows` query rows copies its fp32 values
+ * (prefill.c, gather_rows, which fetches ahead) rather than reading them
+ * in place: few rows (grouped decode with more than MK_DECODE_ROWS query
+ * rows a kv head, short prompts) over dense rows a page or more apart (a
+ * [B, L, H, D] cache), which the hardware prefetchers do not follow and
+ * the P.V tile does not fetch. Group 16 from [B, L, H, D] read 1.2x
+ * faster copied; a full block's P.V hides the wait itself (Zen 4,
+ * docs/benchmarks.md). */
+#define GATHER_V_ROWS (2 * MK_DECODE_ROWS)
+#define GATHER_V_STRIDE_BYTES 4096
+static inline int mha_gathers_values(const mha_problem *p, int64_t rows)
+{
+    return rows <= GATHER_V_ROWS && p->v_dtype == MHA_F32 &&
+           !p->block_table &&
+           p->v_ss >= (int64_t)(GATHER_V_STRIDE_BYTES / sizeof(float));
+}
+
 struct mha_plan {
     int cache_heads;    /* some sequence keeps heads (scratch for it) */
     int any_prefill;    /* some sequence takes the prefill stream */
     int any_decode;     /* some sequence takes the decode stream */
+    int gather_v;       /* some prefill block gathers its values
+                         * (mha_gathers_values; scratch for it) */
     /* The table's slots of the compute dtype when prefill blocks compute
      * in it natively (mha_plan_make: q, K and V read as half codes, no
      * widening), else NULL. */

@@ -119,7 +119,7 @@ static int cut_work(const mk_table *t, const mha_problem *p, mha_plan *pl)
 {
     pl->group = p->heads / p->kv_heads;
     pl->units = 0;
-    pl->any_prefill = pl->any_decode = 0;
+    pl->any_prefill = pl->any_decode = pl->gather_v = 0;
     for (int64_t b = 0; b < p->batch; b++) {
         int64_t lq, lk;
         mha_seq s;
@@ -128,6 +128,8 @@ static int cut_work(const mk_table *t, const mha_problem *p, mha_plan *pl)
         pl->units += s.units; /* at most the q rows times H */
         if (s.units > 0 && !s.decode)
             pl->any_prefill = 1;
+        if (s.units > 0 && !s.decode && mha_gathers_values(p, s.rows))
+            pl->gather_v = 1;
         if (s.units > 0 && s.decode)
             pl->any_decode = 1;
     }
@@ -234,11 +236,12 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
     /* Decode reads K and V in place: nothing packed or widened. */
     size_t kp = pl->any_prefill ? t->packed_floats(keys, p->d) : 0;
     /* Keys and values not stored as fp32 rows at one stride (a narrower
-     * dtype, a paged cache) are widened or copied block by block. */
+     * dtype, a paged cache) are widened or copied block by block, and so
+     * are the values of few-row blocks (mha_gathers_values). */
     int paged = p->block_table != NULL;
     int64_t values = pl->cache_heads ? keys
-                     : p->v_dtype != MHA_F32 || paged ? bk
-                                                      : 0;
+                     : p->v_dtype != MHA_F32 || paged || pl->gather_v ? bk
+                                                                      : 0;
     int64_t part[12] = {0};
     enum { S, KP, O, M, L, ALPHA, L2, KW, VW, RT, QW, OW };
     if (paged && pl->any_decode)

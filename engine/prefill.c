@@ -230,8 +230,15 @@ static void key_step(const mk_table *t, const mha_problem *p,
             sc->s, bk, rb->rows, nk, vp, ldv, dv, sc->alpha, o, dv);
         return;
     }
-    const float *v = sc->cache ? cached_values(t, p, rb, sc, k0, nk, &ldv)
-                               : f32_rows(t, p, rb, 1, k0, nk, sc->vw, &ldv);
+    const float *v;
+    if (sc->cache)
+        v = cached_values(t, p, rb, sc, k0, nk, &ldv);
+    else if (pl->gather_v && mha_gathers_values(p, rb->rows)) {
+        gather_rows(t, p, rb, 1, k0, nk, sc->vw);
+        v = sc->vw;
+        ldv = dv;
+    } else
+        v = f32_rows(t, p, rb, 1, k0, nk, sc->vw, &ldv);
     t->pv(sc->s, bk, rb->rows, nk, v, ldv, dv, sc->alpha, o, dv);
 }
 

@@ -10,7 +10,7 @@
  *    (TOL_F16_INPUT / TOL_BF16_INPUT);
  *  - split-KV (long Lk, few rows) against the unsplit path (the weights
  *    output turns splitting off) and against the oracle;
- *  - GQA groups of 1, 4, 8 and 64 query heads per kv head;
+ *  - GQA groups of 1, 4, 8, 16 and 64 query heads per kv head;
  *  - bitwise determinism over 1..8 threads with split-KV active, including
  *    a single head over 32768 keys.
  */
@@ -158,6 +158,11 @@ static const decode_case cases[] = {
     {2, 4, 2, 1031, 64, MHA_CAUSAL_BOTTOM_RIGHT, 1, 3, 1},
     {1, 2, 1, 517, 128, MHA_CAUSAL_BOTTOM_RIGHT, 0, 8, 1},
     {1, 2, 2, 40, 17, MHA_CAUSAL_BOTTOM_RIGHT, 0, 8, 1}, /* Lk near Lq */
+    /* Blocks of 16 and 12 rows (the prefill stream) over value rows 4 KiB
+     * apart: fp32 values gathered with the fetch ahead rather than read
+     * in place (mha_gathers_values), over 1100 keys (split). */
+    {1, 128, 8, 1100, 128, MHA_CAUSAL_BOTTOM_RIGHT, 0, 1, 0}, /* group 16 */
+    {2, 8, 8, 600, 128, MHA_CAUSAL_BOTTOM_RIGHT, 1, 12, 1},
 };
 
 START_TEST(decode_dtypes_vs_oracle)
