@@ -1,9 +1,10 @@
 /* The prefill stream: blocks of more than MK_DECODE_ROWS query rows. Keys
  * are packed into the table's panel layout (a head's keys once per thread
- * with the head cache), values read in place when they are contiguous fp32
- * rows, else copied or widened once; a key block that crosses the causal
- * diagonal is cut into row sub-blocks that compute only the keys they see.
- * docs/design.md, "Data path of one call". */
+ * with the head cache), values read in place when they are fp32 rows at
+ * one stride (but for few-row blocks over rows a page apart:
+ * mha_gathers_values), else copied or widened once; a key block that
+ * crosses the causal diagonal is cut into row sub-blocks that compute
+ * only the keys they see. docs/design.md, "Data path of one call". */
 #include <string.h>
 
 #include "attention.h"
