@@ -53,6 +53,10 @@ const Shape kShapes[] = {
     {"decode", 1, 32, 32, 1, 4096, 128, MHA_FP8_E4M3},
     {"decode", 1, 32, 8, 1, 8192, 128},
     {"decode", 1, 1, 1, 1, 32768, 128},
+    // 16 query heads a kv head (Llama 3.1 405B, Qwen3-235B): more rows
+    // than a decode block takes, so the prefill stream's; its [B, H, L, D]
+    // twin with the other _BHSD rows below.
+    {"decode", 1, 128, 8, 1, 4096, 128},
     {"layer", 1, 8, 8, 512, 512, 64},
     {"layer", 1, 16, 16, 2048, 2048, 64},
     // Serving (mha_attention_varlen): a paged cache of 16-key blocks in
@@ -103,6 +107,7 @@ const Shape kShapes[] = {
     {"decode", 8, 32, 32, 1, 2048, 128, MHA_BF16, BENCH_LAYOUT_BHSD},
     {"decode", 1, 32, 32, 1, 4096, 128, MHA_I8, BENCH_LAYOUT_BHSD},
     {"decode", 1, 32, 32, 1, 4096, 128, MHA_FP8_E4M3, BENCH_LAYOUT_BHSD},
+    {"decode", 1, 128, 8, 1, 4096, 128, MHA_F32, BENCH_LAYOUT_BHSD},
 };
 
 // The compute dtype of a kind: "<kind>_bf16" and "<kind>_f16" are half.

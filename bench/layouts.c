@@ -4,7 +4,7 @@
  * placement of two buffers in it.
  *
  *   layouts [--isa NAME] [--threads N] [--rounds R] [--dtype f32|f16|bf16]
- *           [--huge] B H KV LK D
+ *           [--huge] [--lq N] B H KV LK D
  *
  * mha_bench gives each case buffers of its own. On 4 KiB pages under a
  * hypervisor where a buffer's pages land moved its decode rate by up to
@@ -15,7 +15,8 @@
  * round times a batch of each (order rotating), and the medians of the
  * rates and of the per-round ratios are printed with their quartiles.
  * --huge advises the K/V buffers onto 2 MiB pages (madvise; where the
- * system allows them). scripts/bench --quick runs it once on a tiny
+ * system allows them). --lq N reads N queries a sequence (a speculative
+ * decode step; bottom-right causal) instead of 1. scripts/bench --quick runs it once on a tiny
  * shape, as a smoke test; the timed sweep does not run it.
  */
 #define _DEFAULT_SOURCE /* madvise */
@@ -90,14 +91,15 @@ static void fill(void *x, mha_dtype t, size_t n, uint64_t seed)
 static int usage(void)
 {
     fprintf(stderr, "usage: layouts [--isa NAME] [--threads N] [--rounds R] "
-                    "[--dtype f32|f16|bf16] [--huge] B H KV LK D\n");
+                    "[--dtype f32|f16|bf16] [--huge] [--lq N] "
+                    "B H KV LK D\n");
     return 2;
 }
 
 int main(int argc, char **argv)
 {
     mha_isa isa = MHA_ISA_AUTO;
-    int threads = 1, rounds = 15, huge = 0, pos = 0;
+    int threads = 1, rounds = 15, huge = 0, pos = 0, lq = 1;
     mha_dtype t = MHA_F32;
     long long dims[5];
     for (int i = 1; i < argc; i++) {
@@ -119,6 +121,8 @@ int main(int argc, char **argv)
                 t = MHA_BF16;
             else
                 return usage();
+        } else if (!strcmp(a, "--lq") && i + 1 < argc) {
+            lq = atoi(argv[++i]);
         } else if (!strcmp(a, "--huge")) {
             huge = 1;
         } else if (a[0] != '-' && pos < 5) {
@@ -127,7 +131,8 @@ int main(int argc, char **argv)
             return usage();
         }
     }
-    if (pos != 5 || threads < 1 || rounds < 1 || rounds > MAX_ROUNDS)
+    if (pos != 5 || threads < 1 || rounds < 1 || rounds > MAX_ROUNDS ||
+        lq < 1 || lq > 4096)
         return usage();
     const int64_t B = dims[0], H = dims[1], KV = dims[2], LK = dims[3],
                   D = dims[4];
@@ -138,7 +143,8 @@ int main(int argc, char **argv)
         H % KV != 0 || B * LK * KV * D > ((int64_t)1 << 34))
         return usage();
     const size_t es = mha_dtype_size(t);
-    const size_t nq = (size_t)(B * H * D), nk = (size_t)(B * LK * KV * D);
+    const size_t nq = (size_t)(B * lq * H * D),
+                 nk = (size_t)(B * LK * KV * D);
     float *q = buffer(nq * sizeof(float), 0);
     float *out = buffer(nq * sizeof(float), 0);
     void *k = buffer(nk * es, huge), *v = buffer(nk * es, huge);
@@ -153,10 +159,12 @@ int main(int argc, char **argv)
     /* args[0]: the cache as [B, L, H, D]; args[1]: the same bytes as
      * [B, H, L, D]. */
     mha_attention_args args[2];
+    mha_mask mask = {.causal = MHA_CAUSAL_BOTTOM_RIGHT};
     for (int l = 0; l < 2; l++) {
         memset(&args[l], 0, sizeof args[l]);
-        args[l].q = mha_tensor_bshd(q, B, 1, H, D);
-        args[l].out = mha_tensor_bshd(out, B, 1, H, D);
+        args[l].q = mha_tensor_bshd(q, B, lq, H, D);
+        args[l].out = mha_tensor_bshd(out, B, lq, H, D);
+        args[l].mask = lq > 1 ? &mask : NULL;
         args[l].k = l ? mha_tensor_bhsd(k, B, LK, KV, D)
                       : mha_tensor_bshd(k, B, LK, KV, D);
         args[l].v = l ? mha_tensor_bhsd(v, B, LK, KV, D)
@@ -200,9 +208,9 @@ int main(int argc, char **argv)
         ratio[1][r] = rate[0][r] / rate[2][r];
         ratio[2][r] = rate[1][r] / rate[2][r];
     }
-    printf("layouts %s (%lld,%lld,%lld,1,%lld,%lld) %s, %d thread(s), "
+    printf("layouts %s (%lld,%lld,%lld,%d,%lld,%lld) %s, %d thread(s), "
            "%d rounds%s\n",
-           mha_dtype_name(t), (long long)B, (long long)H, (long long)KV,
+           mha_dtype_name(t), (long long)B, (long long)H, (long long)KV, lq,
            (long long)LK, (long long)D, mha_isa_name(isa), threads, rounds,
            huge ? ", K/V on 2 MiB pages (advised)" : "");
     const char *names[3] = {"[B, L, H, D]", "[B, H, L, D]", "membw"};
