@@ -16,8 +16,9 @@
  * rates and of the per-round ratios are printed with their quartiles.
  * --huge advises the K/V buffers onto 2 MiB pages (madvise; where the
  * system allows them). --lq N reads N queries a sequence (a speculative
- * decode step; bottom-right causal) instead of 1. scripts/bench --quick runs it once on a tiny
- * shape, as a smoke test; the timed sweep does not run it.
+ * decode step; bottom-right causal) instead of 1. scripts/bench --quick
+ * runs it once on a tiny shape, as a smoke test; the timed sweep does not
+ * run it.
  */
 #define _DEFAULT_SOURCE /* madvise */
 #include <stdint.h>

@@ -86,8 +86,8 @@ mk_fetch_run(const char *run, size_t bytes, int l1)
     }
 }
 
-/* Rows a pack fetches ahead of the rows it transposes: two 32-key
- * panels. */
+/* Rows a pack fetches ahead of the rows it transposes: two of avx512's
+ * 32-key panels, four of avx2's 16-key ones. */
 #define MK_PACK_AHEAD 64
 
 /* The line at element col of rows [r, r + count) of x (stride ldx) that
