@@ -96,6 +96,29 @@ static void stage_rows(const mk_table *t, const mha_problem *p,
                        const mha_scratch *sc, int with_q)
 {
     size_t cs = mha_dtype_size(p->compute);
+    /* Interleaved queries (a decode block across kv heads at several
+     * queries) sit at two strides: gathered, and widened for half
+     * compute; the outputs are scattered by mha_finish_rows. The copy is
+     * the block's d floats a row against the keys' and values' rows of
+     * every kv head it reads (decode.c). */
+    if (rb->ilv > 1) {
+        for (int64_t r = 0; with_q && r < rb->rows; r++) {
+            const char *x =
+                rb->q_src +
+                (size_t)mha_ilv_at(rb, r, rb->q_qs, rb->ldq_src) * cs;
+            if (p->compute == MHA_F32)
+                memcpy(sc->qw + r * p->d, x, (size_t)p->d * sizeof(float));
+            else
+                t->widen[p->compute](x, p->d, sc->qw + r * p->d);
+        }
+        if (with_q) {
+            rb->q = sc->qw;
+            rb->ldq = p->d;
+        }
+        rb->out = sc->ow;
+        rb->ldo = p->dv;
+        return;
+    }
     /* Prefill rows read in place at a stride that crowds the L1 sets (a
      * [B, L, H, D] q: rows_crowd) are copied together, the same bits. */
     int in_place = p->compute == MHA_F32 || (pl->half && !rb->decode);

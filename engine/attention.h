@@ -50,6 +50,8 @@ typedef struct {
     int64_t kv_span;      /* grouped: kv heads a row block spans (its rows
                            * their query heads), read key by key across
                            * them (docs/design.md, "Decode across heads") */
+    int64_t ilv;          /* grouped: queries a block's rows interleave
+                           * (lq: a speculative decode step; else 1) */
     int decode;           /* rows <= MK_DECODE_ROWS: K and V in place */
     int cache;            /* a thread keeps a whole head's packed keys */
 } mha_seq;
@@ -77,6 +79,8 @@ struct mha_plan {
     int any_decode;     /* some sequence takes the decode stream */
     int gather_v;       /* some prefill block gathers its values
                          * (mha_gathers_values; scratch for it) */
+    int interleave;     /* some block interleaves queries (mha_seq.ilv;
+                         * its rows are staged: scratch for them) */
     /* The table's slots of the compute dtype when prefill blocks compute
      * in it natively (mha_plan_make: q, K and V read as half codes, no
      * widening), else NULL. */
@@ -150,6 +154,14 @@ typedef struct {
      * elements (ks_hs, vs_hs floats) past kv head 0's. 0: one kv head. */
     int64_t kv_group;
     ptrdiff_t k_hs, v_hs, ks_hs, vs_hs;
+    /* Rows interleaving ilv > 1 queries (a speculative decode step
+     * across kv heads; 1: none): row r is query (r / ilv_group) % ilv of
+     * head (r / (ilv_group * ilv)) * ilv_group + r % ilv_group past the
+     * first row's, whose q, out and lse rows are then q_qs, o_qs and 1
+     * elements a query and ldq_src, ldo_dst and lse_ld a head apart
+     * (mha_ilv_at). Such rows are staged: q gathered, out scattered. */
+    int64_t ilv, ilv_group;
+    ptrdiff_t q_qs, o_qs;
     /* fp32 query rows (row r at q + r * ldq), the caller's or, for a
      * half-precision compute dtype, the thread's widened copy of q_src's
      * (mha_stage_rows); out likewise, narrowed into out_dst. */
@@ -192,6 +204,15 @@ typedef struct {
     int64_t diag_lo;   /* MK_NO_DIAG_LO, or key j hidden when j < r + it */
     int64_t diag_hi;   /* MK_NO_DIAG_HI, or key j hidden when j > r + it */
 } mha_row_block;
+
+/* Elements from an interleaved row block's first row to row r's, for
+ * rows qs apart a query and hs a head (mha_row_block.ilv). */
+static inline ptrdiff_t mha_ilv_at(const mha_row_block *rb, int64_t r,
+                                   ptrdiff_t qs, ptrdiff_t hs)
+{
+    int64_t g = rb->ilv_group, per = g * rb->ilv;
+    return r / g % rb->ilv * qs + (r / per * g + r % g) * hs;
+}
 
 /* plan.c: the sequence table (pl->units entries' owners; filled once per
  * call), the sequence a unit belongs to, the geometry of a unit, and a key

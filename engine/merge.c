@@ -40,6 +40,34 @@ void mha_finish_rows(const mk_table *t, const mha_problem *p,
                      const mha_row_block *rb, const float *o, const float *m,
                      const float *l)
 {
+    size_t es = mha_dtype_size(p->compute);
+    if (rb->ilv > 1) {
+        /* Interleaved queries: normalised into the staging rows
+         * MK_DECODE_ROWS at a time (kept in L1, as below), each row then
+         * copied or narrowed to its query and head. */
+        for (int64_t r0 = 0; r0 < rb->rows; r0 += MK_DECODE_ROWS) {
+            int64_t n = rb->rows - r0 < MK_DECODE_ROWS ? rb->rows - r0
+                                                       : MK_DECODE_ROWS;
+            t->normalize(o + r0 * p->dv, p->dv, n, p->dv, l + r0,
+                         rb->out + r0 * rb->ldo, rb->ldo);
+            for (int64_t r = r0; r < r0 + n; r++) {
+                char *y = rb->out_dst +
+                          (size_t)mha_ilv_at(rb, r, rb->o_qs, rb->ldo_dst) *
+                              es;
+                if (p->compute == MHA_F32)
+                    memcpy(y, rb->out + r * rb->ldo,
+                           (size_t)p->dv * sizeof(float));
+                else
+                    mha_narrow_rows(p->compute, rb->out + r * rb->ldo,
+                                    rb->ldo, 1, p->dv, y, 0);
+            }
+        }
+        if (rb->lse)
+            for (int64_t r = 0; r < rb->rows; r++)
+                rb->lse[mha_ilv_at(rb, r, 1, rb->lse_ld)] =
+                    mha_merge_lse(m[r], l[r]);
+        return;
+    }
     if (p->compute == MHA_F32) {
         t->normalize(o, p->dv, rb->rows, p->dv, l, rb->out, rb->ldo);
     } else {
@@ -47,7 +75,6 @@ void mha_finish_rows(const mk_table *t, const mha_problem *p,
          * MK_DECODE_ROWS rows at a time, so they stay in L1 between the
          * two and normalize keeps them cached (it streams longer blocks
          * to memory, which the narrowing would read back). */
-        size_t es = mha_dtype_size(p->compute);
         for (int64_t r = 0; r < rb->rows; r += MK_DECODE_ROWS) {
             int64_t n = rb->rows - r < MK_DECODE_ROWS ? rb->rows - r
                                                       : MK_DECODE_ROWS;

@@ -29,23 +29,45 @@ static int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
  * and 32 by 5-20% and 128 and 256 by 10-50% (docs/benchmarks.md). */
 #define SPAN_KEYS 64
 
-/* The kv heads one decode row block spans at a single query: all of a
- * position's (up to block_q rows), when one position's K rows of every kv
- * head lie closer together than two positions (and V's too: a [B, L, H,
- * D] cache, packed, batched or paged in blocks of that order). Reading a
+/* Whether a block across kv heads may interleave several queries (a
+ * speculative decode step): only the terms whose rows need no more than
+ * the query's diagonal (mk_mask.diag_period) and the staged rows. A
+ * per-row keep-mask or bias, ALiBi, a window, sinks and the weights
+ * output keep blocks of one head's queries. */
+static int interleaves(const mha_problem *p)
+{
+    return !p->weights && !p->mask.keep && !p->mask.bias &&
+           !p->terms.alibi_slopes && !p->terms.window && !p->terms.sinks;
+}
+
+/* The kv heads one decode row block spans at lq queries (rows of each kv
+ * head: its query heads at every query): when one position's K rows of
+ * every kv head lie closer together than two positions (and V's too: a
+ * [B, L, H, D] cache, packed, batched or paged in blocks of that order),
+ * up to block_q rows' worth, all of a position's at one query. Reading a
  * position's heads as one run is what that layout rewards; a [B, H, L, D]
  * cache (heads far apart) keeps one kv head per block, and so does a
  * table whose kernels take mk_heads as calls per head (generic: 0.58-0.92x
- * there). From the table, the shape and the strides only. */
-static int64_t kv_span(const mk_table *t, const mha_problem *p, int64_t group)
+ * there). At lq > 1 the kv heads are shared evenly among as few blocks
+ * as that allows (their rows, at most MK_DECODE_ROWS a kv head, are the
+ * kernels' group). One head at a time, [B, L, H, D] read a speculative
+ * step of 4 queries at 0.49-0.55x the rate of [B, H, L, D]
+ * (docs/benchmarks.md). From the table, the shape and the strides only. */
+static int64_t kv_span(const mk_table *t, const mha_problem *p, int64_t group,
+                       int64_t lq)
 {
-    if (!t->decode_heads || p->kv_heads < 2 || group > MK_DECODE_ROWS ||
-        p->k_sh <= 0 || p->k_sh >= p->k_ss || p->v_sh <= 0 ||
-        p->v_sh >= p->v_ss)
+    if (!t->decode_heads || p->kv_heads < 2 || lq < 1 ||
+        lq > MK_DECODE_ROWS || group * lq > MK_DECODE_ROWS ||
+        (lq > 1 && !interleaves(p)) || p->k_sh <= 0 || p->k_sh >= p->k_ss ||
+        p->v_sh <= 0 || p->v_sh >= p->v_ss)
         return 1;
-    int64_t span = t->block_q / group;
+    int64_t span = t->block_q / (group * lq);
     if (span > p->kv_heads)
         span = p->kv_heads;
+    if (lq > 1 && span >= 2) {
+        int64_t blocks = (p->kv_heads + span - 1) / span;
+        span = (p->kv_heads + blocks - 1) / blocks;
+    }
     return span >= 2 ? span : 1;
 }
 
@@ -60,14 +82,16 @@ static void seq_lengths(const mha_problem *p, int64_t b, int64_t *lq,
 }
 
 /* How a sequence of lq queries is cut into blocks of rows: query rows of
- * a head, or (one query, grouped heads) the query heads of a kv group. */
+ * a head, or (grouped) the query heads of a kv group at one query, or
+ * across kv heads their query heads at each query (kv_span, ilv). */
 static void seq_cut(const mk_table *t, const mha_problem *p, int64_t group,
                     int64_t lq, mha_seq *s)
 {
     s->lq = lq;
-    s->kv_span = lq == 1 ? kv_span(t, p, group) : 1;
-    s->grouped = lq == 1 && (group > 1 || s->kv_span > 1);
-    int64_t per = s->grouped ? group * s->kv_span : lq;
+    s->kv_span = kv_span(t, p, group, lq);
+    s->grouped = s->kv_span > 1 || (lq == 1 && group > 1);
+    s->ilv = s->grouped ? lq : 1;
+    int64_t per = s->grouped ? group * s->ilv * s->kv_span : lq;
     /* Rows per block: block_q, or fewer when there are fewer (decode), so
      * the split partials stay small. */
     s->rows = per < t->block_q ? per : t->block_q;
@@ -119,7 +143,7 @@ static int cut_work(const mk_table *t, const mha_problem *p, mha_plan *pl)
 {
     pl->group = p->heads / p->kv_heads;
     pl->units = 0;
-    pl->any_prefill = pl->any_decode = pl->gather_v = 0;
+    pl->any_prefill = pl->any_decode = pl->gather_v = pl->interleave = 0;
     for (int64_t b = 0; b < p->batch; b++) {
         int64_t lq, lk;
         mha_seq s;
@@ -132,6 +156,8 @@ static int cut_work(const mk_table *t, const mha_problem *p, mha_plan *pl)
             pl->gather_v = 1;
         if (s.units > 0 && s.decode)
             pl->any_decode = 1;
+        if (s.units > 0 && s.ilv > 1)
+            pl->interleave = 1;
     }
     pl->items = pl->part_floats = 0;
     pl->cache_heads = 0;
@@ -157,7 +183,7 @@ static int cut_work(const mk_table *t, const mha_problem *p, mha_plan *pl)
     pl->decode_key_block = n > bk ? n : bk;
     /* A paged decode block's row scales: one per key, or one per key and
      * kv head for a block spanning kv heads (SPAN_KEYS or fewer keys). */
-    int64_t span = kv_span(t, p, pl->group);
+    int64_t span = kv_span(t, p, pl->group, 1); /* the most at any lq */
     pl->rt_scales = pl->decode_key_block;
     if (span > 1 && SPAN_KEYS * span > pl->rt_scales)
         pl->rt_scales = SPAN_KEYS * span;
@@ -254,12 +280,14 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
         kp > (size_t)INT64_MAX / 2 || !mha_mul_ok(bq, p->dv, &part[O]))
         return 0;
     part[KP] = (int64_t)kp;
-    /* Queries are staged for half compute and for fp32 prefill at a
-     * stride (attention.c, stage_rows); outputs for half compute. */
-    if ((p->compute != MHA_F32 || pl->any_prefill) &&
+    /* Queries are staged for half compute, for fp32 prefill at a stride
+     * and for interleaved blocks (attention.c, stage_rows); outputs for
+     * half compute and interleaved blocks. */
+    if ((p->compute != MHA_F32 || pl->any_prefill || pl->interleave) &&
         !mha_mul_ok(bq, p->d, &part[QW]))
         return 0;
-    if (p->compute != MHA_F32 && !mha_mul_ok(bq, p->dv, &part[OW]))
+    if ((p->compute != MHA_F32 || pl->interleave) &&
+        !mha_mul_ok(bq, p->dv, &part[OW]))
         return 0;
     part[M] = part[L] = part[ALPHA] = part[L2] = bq;
     if (pl->any_prefill &&
@@ -450,7 +478,7 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
                         : p->heads;
     int64_t hh = unit / s->row_blocks % heads;
     int64_t r0 = unit % s->row_blocks * s->rows;
-    int64_t per = s->grouped ? pl->group : s->lq;
+    int64_t per = s->grouped ? pl->group * s->ilv : s->lq;
     if (s->kv_span > 1) { /* the last block may span fewer kv heads */
         int64_t left = p->kv_heads - hh * s->kv_span;
         per *= left < s->kv_span ? left : s->kv_span;
@@ -473,7 +501,9 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
         step_keep = m->keep_stride_query, step_bias = m->bias_stride_query;
     }
     rb.cache_id = b * p->kv_heads + hk;
-    rb.kv_group = s->kv_span > 1 ? pl->group : 0;
+    rb.kv_group = s->kv_span > 1 ? pl->group * s->ilv : 0;
+    rb.ilv = s->ilv, rb.ilv_group = pl->group;
+    rb.q_qs = p->q_ss, rb.o_qs = p->o_ss;
     rb.k_hs = p->k_sh, rb.v_hs = p->v_sh;
     rb.ks_hs = p->k_scales.stride_head, rb.vs_hs = p->v_scales.stride_head;
     /* Rows in the compute dtype; fp32 ones are read and written in place,
@@ -540,12 +570,13 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
         int64_t shift = (m->causal == MHA_CAUSAL_BOTTOM_RIGHT ? total - lq : 0) -
                         koff;
         /* The last query sees the most keys; later key blocks are skipped.
-         * Grouped rows share one query, so the limit alone is the mask. */
-        int64_t last_query = s->grouped ? 0 : i + rb.rows - 1;
+         * Grouped rows at one query: the limit alone is the mask; at
+         * several (ilv), each row's query takes the diagonal. */
+        int64_t last_query = s->grouped ? s->ilv - 1 : i + rb.rows - 1;
         int64_t end = last_query + shift + 1;
         if (end < rb.key_end)
             rb.key_end = end < 0 ? 0 : end;
-        if (!s->grouped)
+        if (!s->grouped || s->ilv > 1)
             rb.diag_hi = i + shift;
     }
     /* A sliding window: query i' (aligned) sees keys [i' - left, i' +
@@ -598,6 +629,10 @@ mk_mask mha_block_mask(const mha_row_block *rb, int64_t k0, int64_t nk)
         mk.key_keep = rb->key_keep + k0;
     mk.diag_lo = rb->diag_lo == MK_NO_DIAG_LO ? MK_NO_DIAG_LO : rb->diag_lo - k0;
     mk.diag_hi = rb->diag_hi == MK_NO_DIAG_HI ? MK_NO_DIAG_HI : rb->diag_hi - k0;
+    if (rb->ilv > 1) { /* row r is query r / ilv_group % ilv */
+        mk.diag_rows = rb->ilv_group;
+        mk.diag_period = rb->ilv;
+    }
     mk.key_limit = nk;
     /* The first key block starts at a multiple of block_k: the shared
      * left edge hides its keys before key_begin (grouped rows' window). */

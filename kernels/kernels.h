@@ -94,8 +94,11 @@ static inline int mk_dtype_scaled(mk_dtype t)
 /* The mask and score terms of one (query block x key block) tile, in
  * block coordinates: row i, column j of the tile. Row i sees the columns
  * of one range [lo_i, hi_i) (mk_visible_range):
- *   lo_i = max(0, key_start, i + diag_lo)      (MK_NO_DIAG_LO: no edge)
- *   hi_i = min(n, key_limit, i + diag_hi + 1)  (MK_NO_DIAG_HI: no diagonal)
+ *   lo_i = max(0, key_start, q_i + diag_lo)      (MK_NO_DIAG_LO: no edge)
+ *   hi_i = min(n, key_limit, q_i + diag_hi + 1)  (MK_NO_DIAG_HI: none)
+ * where q_i, the row's query, is i, or (i / diag_rows) % diag_period
+ * when diag_period > 0: rows that interleave the queries of several
+ * heads (diag_rows rows a query, diag_period queries a head).
  * and inside it key j is masked when keep != NULL && keep[i*keep_ld + j] == 0
  * or key_keep != NULL && key_keep[j] == 0 (one row every row shares).
  * The score of a visible key, with t = scale * s[i][j] (docs/design.md,
@@ -116,6 +119,8 @@ typedef struct mk_mask {
     ptrdiff_t bias_ld;
     int64_t diag_lo;   /* MK_NO_DIAG_LO when nothing hides keys on the left */
     int64_t diag_hi;   /* MK_NO_DIAG_HI when there is no causal diagonal */
+    int64_t diag_rows;   /* with diag_period > 0: rows a query */
+    int64_t diag_period; /* 0: row i is query i; else queries a head */
     int64_t key_limit; /* >= n when no key-length mask applies */
     int64_t key_start; /* <= 0 when no shared left edge applies */
     float softcap;     /* 0: off */
@@ -135,6 +140,8 @@ static inline void mk_visible_range(const mk_mask *mask, int64_t i, int64_t n,
                                     int64_t *lo, int64_t *hi)
 {
     int64_t h = n;
+    if (mask->diag_period > 0)
+        i = i / mask->diag_rows % mask->diag_period;
     if (mask->diag_hi != MK_NO_DIAG_HI && i + mask->diag_hi + 1 < h)
         h = i + mask->diag_hi + 1;
     if (mask->key_limit < h)

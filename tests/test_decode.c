@@ -1,7 +1,8 @@
 /*
  * The decode path (Lq = 1 against a long cache, and Lq = 3 and 8: blocks
  * of up to MK_DECODE_ROWS query rows take the decode kernels too, here
- * with bottom-right causal masking and a keep-mask), per ISA:
+ * with bottom-right causal masking and a keep-mask; Lq 2-7 without one,
+ * blocks interleaving the queries of several kv heads), per ISA:
  *  - fp32, fp16 and bf16 K/V against the oracle. The K/V values are drawn
  *    on grids each format holds exactly (k/1024 for binary16, k/128 for
  *    bfloat16), so the oracle sees the very values the library widens and
@@ -163,6 +164,18 @@ static const decode_case cases[] = {
      * in place (mha_gathers_values), over 1100 keys (split). */
     {1, 128, 8, 1100, 128, MHA_CAUSAL_BOTTOM_RIGHT, 0, 1, 0}, /* group 16 */
     {2, 8, 8, 600, 128, MHA_CAUSAL_BOTTOM_RIGHT, 1, 12, 1},
+    /* Speculative decode steps (Lq 2-7, no keep-mask): on the tables
+     * that read across kv heads, blocks interleave the queries of several
+     * kv heads' query heads (mha_seq.ilv) and the diagonal goes by each
+     * row's query: 32 kv heads in two blocks of 16 (split), group 2 at
+     * Lq 4 (8 rows a kv head), group 4 at Lq 2 (top-left), 3 rows a kv
+     * head (no constant group), Lq 7 in blocks of 10, 10 and 8 kv heads
+     * over keys near Lq. */
+    {1, 32, 32, 1100, 128, MHA_CAUSAL_BOTTOM_RIGHT, 0, 4, 0},
+    {2, 8, 4, 700, 64, MHA_CAUSAL_BOTTOM_RIGHT, 1, 4, 0},
+    {2, 8, 2, 600, 64, MHA_CAUSAL_TOP_LEFT, 1, 2, 0},
+    {1, 6, 6, 300, 80, MHA_CAUSAL_NONE, 0, 3, 0},
+    {1, 28, 28, 90, 64, MHA_CAUSAL_BOTTOM_RIGHT, 0, 7, 0},
 };
 
 START_TEST(decode_dtypes_vs_oracle)

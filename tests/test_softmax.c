@@ -30,7 +30,7 @@ enum {
     MV_LIMIT_0, MV_LIMIT_HALF, MV_LIMIT_ABOVE, MV_ALL,
     MV_LO_0, MV_LO_NEG, MV_LO_POS, MV_LO_ALL, MV_WINDOW, MV_WINDOW_CROSSED,
     MV_WINDOW_LIMIT, MV_WINDOW_ALL, MV_SOFTCAP, MV_ALIBI, MV_ALIBI_SHARED,
-    MV_KEY_KEEP, MV_TERMS_ALL, N_MASK_VARIANTS
+    MV_KEY_KEEP, MV_TERMS_ALL, MV_CAUSAL_PERIOD, N_MASK_VARIANTS
 };
 static const char *const MV_NAME[] = {
     "none", "keep", "keep ld 0", "bias", "bias ld 0", "causal 0",
@@ -40,7 +40,8 @@ static const char *const MV_NAME[] = {
     "window lo > hi", "window + key_limit n/2",
     "window + keep + bias + key_limit", "softcap 2", "alibi per row",
     "alibi one query (step 0)", "key_keep + key_start",
-    "softcap + alibi + key_keep + keep + bias + window"};
+    "softcap + alibi + key_keep + keep + bias + window",
+    "causal -1, 2 rows a query, 3 queries a head"};
 _Static_assert(sizeof MV_NAME / sizeof MV_NAME[0] == N_MASK_VARIANTS,
                "a name per mask variant");
 
@@ -116,6 +117,14 @@ static void make_mask(int v, int64_t m, int64_t n, test_rng *r, mask_buf *mb)
     case MV_CAUSAL_NEG: mb->mask.diag_hi = -2; break;
     case MV_CAUSAL_POS: mb->mask.diag_hi = n - m + 3; break;
     case MV_CAUSAL_ALL: mb->mask.diag_hi = -(m + 5); break;
+    /* Rows interleaving queries (a speculative decode block across
+     * heads): rows 2q and 2q + 1 are query q of 3, then the next head's
+     * rows; query 0 sees no key, query 2 keys 0 and 1. */
+    case MV_CAUSAL_PERIOD:
+        mb->mask.diag_hi = -1;
+        mb->mask.diag_rows = 2;
+        mb->mask.diag_period = 3;
+        break;
     case MV_LIMIT_0: mb->mask.key_limit = 0; break;
     case MV_LIMIT_HALF: mb->mask.key_limit = n / 2; break;
     case MV_LIMIT_ABOVE: mb->mask.key_limit = n + 100; break;
@@ -153,9 +162,12 @@ static void make_mask(int v, int64_t m, int64_t n, test_rng *r, mask_buf *mb)
     }
 }
 
-/* Whether key j is hidden from row i, from the definition of mk_mask. */
-static int ref_hidden(const mk_mask *mk, int64_t i, int64_t j)
+/* Whether key j is hidden from a row, from the definition of mk_mask. */
+static int ref_hidden(const mk_mask *mk, int64_t row, int64_t j)
 {
+    int64_t i = row; /* the row's query */
+    if (mk->diag_period > 0)
+        i = row / mk->diag_rows % mk->diag_period;
     if (mk->diag_lo != MK_NO_DIAG_LO && j < i + mk->diag_lo)
         return 1;
     if (mk->diag_hi != MK_NO_DIAG_HI && j > i + mk->diag_hi)
@@ -164,7 +176,7 @@ static int ref_hidden(const mk_mask *mk, int64_t i, int64_t j)
         return 1;
     if (mk->key_keep && mk->key_keep[j] == 0)
         return 1;
-    return mk->keep && mk->keep[i * mk->keep_ld + j] == 0;
+    return mk->keep && mk->keep[row * mk->keep_ld + j] == 0;
 }
 
 /* The reference step in double. s is read as float; p, row state as
