@@ -108,6 +108,11 @@ const Shape kShapes[] = {
     {"decode", 1, 32, 32, 1, 4096, 128, MHA_I8, BENCH_LAYOUT_BHSD},
     {"decode", 1, 32, 32, 1, 4096, 128, MHA_FP8_E4M3, BENCH_LAYOUT_BHSD},
     {"decode", 1, 128, 8, 1, 4096, 128, MHA_F32, BENCH_LAYOUT_BHSD},
+    // A speculative decode step: 4 queries a sequence, bottom-right
+    // causal (every decode row with Lq > 1 is), from both layouts; from
+    // [B, L, H, D] its blocks interleave the queries of several kv heads.
+    {"decode", 1, 32, 32, 4, 4096, 128},
+    {"decode", 1, 32, 32, 4, 4096, 128, MHA_F32, BENCH_LAYOUT_BHSD},
 };
 
 // The compute dtype of a kind: "<kind>_bf16" and "<kind>_f16" are half.
@@ -401,8 +406,9 @@ bench_spec MakeSpec(const Shape &s, mha_isa isa, int threads)
     spec.lk = s.lk;
     spec.d = s.d;
     const bool window = std::strcmp(s.kind, "window") == 0;
+    const bool spec_step = std::strncmp(s.kind, "decode", 6) == 0 && s.lq > 1;
     spec.causal = std::strcmp(s.kind, "causal") == 0 || window ||
-                          IsVarlen(s.kind)
+                          IsVarlen(s.kind) || spec_step
                       ? MHA_CAUSAL_BOTTOM_RIGHT
                       : MHA_CAUSAL_NONE;
     spec.window_left = window ? kWindowLeft : 0;
@@ -423,7 +429,8 @@ void RegisterShape(const Shape &s, mha_isa isa, const char *isa_name,
                                  "/" + isa_name + "/threads:" +
                                  std::to_string(t);
         const bench_spec spec = MakeSpec(s, isa, t);
-        const bool decode = s.lq == 1;
+        const bool decode =
+            s.lq == 1 || std::strncmp(s.kind, "decode", 6) == 0;
         benchmark::RegisterBenchmark(name.c_str(),
                                      [name, spec, decode](benchmark::State &st) {
                                          RunCase(st, name, spec, decode);
