@@ -42,7 +42,10 @@ static void stream_keys(const mk_table *t, const mha_problem *p,
     int64_t bk = rb->key_block, lk = rb->w_ld;
     with_sink = with_sink && rb->sink;
     for (int64_t r = 0; r < rb->rows; r++) {
-        m[r] = with_sink ? rb->sink[r * rb->sink_ld] : -INFINITY;
+        /* Interleaved rows: the sink of the row's head. */
+        ptrdiff_t at = rb->ilv > 1 ? mha_ilv_at(rb, r, 0, rb->sink_ld)
+                                   : r * rb->sink_ld;
+        m[r] = with_sink ? rb->sink[at] : -INFINITY;
         l[r] = with_sink ? 1.0f : 0.0f;
         sc->l2[r] = 0.0f;
     }

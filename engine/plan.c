@@ -30,14 +30,14 @@ static int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 #define SPAN_KEYS 64
 
 /* Whether a block across kv heads may interleave several queries (a
- * speculative decode step): only the terms whose rows need no more than
- * the query's diagonal (mk_mask.diag_period) and the staged rows. A
- * per-row keep-mask or bias, ALiBi, a window, sinks and the weights
- * output keep blocks of one head's queries. */
+ * speculative decode step): only with the terms whose rows need no more
+ * than the query's diagonals (mk_mask.diag_period: causal, a window) and
+ * a head's sink (stream_keys). A per-row keep-mask or bias, ALiBi and
+ * the weights output keep blocks of one head's queries. */
 static int interleaves(const mha_problem *p)
 {
     return !p->weights && !p->mask.keep && !p->mask.bias &&
-           !p->terms.alibi_slopes && !p->terms.window && !p->terms.sinks;
+           !p->terms.alibi_slopes;
 }
 
 /* The kv heads one decode row block spans at lq queries (rows of each kv
@@ -581,14 +581,16 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
     }
     /* A sliding window: query i' (aligned) sees keys [i' - left, i' +
      * right]; an extent past Lq + Lk hides nothing, so the arithmetic
-     * stays far from overflow. Grouped rows share one query: the window
-     * is then a key range, not a diagonal. */
+     * stays far from overflow. Grouped rows at one query share it: the
+     * window is then a key range, not a diagonal; interleaved rows take
+     * the diagonals by their queries (ilv of them). */
     if (tm->window) {
         int64_t most = lq + total;
         int64_t left = tm->window_left > most ? -1 : tm->window_left;
         int64_t right = tm->window_right > most ? -1 : tm->window_right;
         int64_t pos = i + ashift; /* row 0's aligned position */
-        if (s->grouped) {
+        int64_t queries = s->grouped ? s->ilv : rb.rows;
+        if (s->grouped && s->ilv == 1) {
             if (left >= 0 && pos - left > rb.key_begin)
                 rb.key_begin = pos - left;
             if (right >= 0 && pos + right + 1 < rb.key_end)
@@ -599,7 +601,7 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
             if (right >= 0) {
                 if (rb.diag_hi == MK_NO_DIAG_HI || pos + right < rb.diag_hi)
                     rb.diag_hi = pos + right;
-                int64_t end = rb.diag_hi + rb.rows; /* last row's limit */
+                int64_t end = rb.diag_hi + queries; /* the last query's */
                 if (end < rb.key_end)
                     rb.key_end = end < 0 ? 0 : end;
             }

@@ -299,6 +299,18 @@ START_TEST(sinks_and_masked_rows)
     run(&d, 10, "sinks, grouped split-KV decode");
     d.hkv = HH;
     run(&d, 11, "sinks, split-KV decode");
+    /* A speculative decode step (3 queries, 2 query heads a kv head):
+     * rows across kv heads interleave the queries (mha_seq.ilv), each
+     * row starting from its own head's sink; split-KV, with the causal
+     * diagonal and then a window too. */
+    mha_mask causal = {.causal = MHA_CAUSAL_BOTTOM_RIGHT};
+    mha_score_terms windowed = {.sinks = sinks, .window = 1,
+                                .window_left = 40, .window_right = 0};
+    tdesc e = {.b = 2, .h = HH, .hkv = 2, .lq = 3, .lk = 3000, .d = 8,
+               .dv = 8, .mask = &causal, .terms = &terms};
+    run(&e, 12, "sinks, speculative decode across kv heads");
+    e.terms = &windowed;
+    run(&e, 13, "sinks and a window, speculative decode across kv heads");
 }
 END_TEST
 
