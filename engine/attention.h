@@ -50,8 +50,10 @@ typedef struct {
     int64_t kv_span;      /* grouped: kv heads a row block spans (its rows
                            * their query heads), read key by key across
                            * them (docs/design.md, "Decode across heads") */
-    int64_t ilv;          /* grouped: queries a block's rows interleave
-                           * (lq: a speculative decode step; else 1) */
+    int64_t ilv;          /* grouped: queries a block takes (a step of
+                           * lq = 2..MK_DECODE_ROWS queries: its rows
+                           * interleave them, row_blocks blocks of up to
+                           * ilv; else 1) */
     int decode;           /* rows <= MK_DECODE_ROWS: K and V in place */
     int cache;            /* a thread keeps a whole head's packed keys */
 } mha_seq;

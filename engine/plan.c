@@ -40,35 +40,50 @@ static int interleaves(const mha_problem *p)
            !p->terms.alibi_slopes;
 }
 
-/* The kv heads one decode row block spans at lq queries (rows of each kv
- * head: its query heads at every query): when one position's K rows of
- * every kv head lie closer together than two positions (and V's too: a
+/* The kv heads one decode row block spans, its rows `rows` a kv head
+ * (its query heads at each query it takes): when one position's K rows
+ * of every kv head lie closer together than two positions (and V's too: a
  * [B, L, H, D] cache, packed, batched or paged in blocks of that order),
  * up to block_q rows' worth, all of a position's at one query. Reading a
  * position's heads as one run is what that layout rewards; a [B, H, L, D]
  * cache (heads far apart) keeps one kv head per block, and so does a
  * table whose kernels take mk_heads as calls per head (generic: 0.58-0.92x
- * there). At lq > 1 the kv heads are shared evenly among as few blocks
- * as that allows (their rows, at most MK_DECODE_ROWS a kv head, are the
- * kernels' group). One head at a time, [B, L, H, D] read a speculative
- * step of 4 queries at 0.49-0.55x the rate of [B, H, L, D]
- * (docs/benchmarks.md). From the table, the shape and the strides only. */
-static int64_t kv_span(const mk_table *t, const mha_problem *p, int64_t group,
-                       int64_t lq)
+ * there). Over several queries (even) the kv heads are shared evenly
+ * among as few blocks as that allows. From the table, the shape and the
+ * strides only. */
+static int64_t kv_span(const mk_table *t, const mha_problem *p, int64_t rows,
+                       int even)
 {
-    if (!t->decode_heads || p->kv_heads < 2 || lq < 1 ||
-        lq > MK_DECODE_ROWS || group * lq > MK_DECODE_ROWS ||
-        (lq > 1 && !interleaves(p)) || p->k_sh <= 0 || p->k_sh >= p->k_ss ||
+    if (!t->decode_heads || p->kv_heads < 2 || rows < 1 ||
+        rows > MK_DECODE_ROWS || p->k_sh <= 0 || p->k_sh >= p->k_ss ||
         p->v_sh <= 0 || p->v_sh >= p->v_ss)
         return 1;
-    int64_t span = t->block_q / (group * lq);
+    int64_t span = t->block_q / rows;
     if (span > p->kv_heads)
         span = p->kv_heads;
-    if (lq > 1 && span >= 2) {
+    if (even && span >= 2) {
         int64_t blocks = (p->kv_heads + span - 1) / span;
         span = (p->kv_heads + blocks - 1) / blocks;
     }
     return span >= 2 ? span : 1;
+}
+
+/* The queries one block of a speculative decode step (2 to MK_DECODE_ROWS
+ * queries) takes together, 0 for blocks of one head's queries: as many as
+ * MK_DECODE_ROWS rows a kv head hold (its group's query heads at each),
+ * shared evenly among the fewest blocks. One head at a time, every query
+ * head's block read its kv head's keys again, and [B, L, H, D] read at
+ * 0.49-0.55x the rate of [B, H, L, D] (docs/benchmarks.md). */
+static int64_t step_queries(const mha_problem *p, int64_t group, int64_t lq)
+{
+    if (lq < 2 || lq > MK_DECODE_ROWS || group > MK_DECODE_ROWS ||
+        !interleaves(p))
+        return 0;
+    int64_t most = MK_DECODE_ROWS / group;
+    if (most > lq)
+        most = lq;
+    int64_t blocks = (lq + most - 1) / most;
+    return (lq + blocks - 1) / blocks;
 }
 
 /* Queries and keys of sequence b. */
@@ -88,15 +103,23 @@ static void seq_cut(const mk_table *t, const mha_problem *p, int64_t group,
                     int64_t lq, mha_seq *s)
 {
     s->lq = lq;
-    s->kv_span = kv_span(t, p, group, lq);
-    s->grouped = s->kv_span > 1 || (lq == 1 && group > 1);
-    s->ilv = s->grouped ? lq : 1;
+    int64_t qs = step_queries(p, group, lq);
+    s->kv_span = lq == 1  ? kv_span(t, p, group, 0)
+                 : qs > 0 ? kv_span(t, p, group * qs, 1)
+                          : 1;
+    if (group == 1 && s->kv_span == 1)
+        qs = 0; /* one head's queries: the plain blocks already */
+    s->grouped = s->kv_span > 1 || (lq == 1 && group > 1) || qs > 0;
+    s->ilv = qs > 0 ? qs : 1;
     int64_t per = s->grouped ? group * s->ilv * s->kv_span : lq;
     /* Rows per block: block_q, or fewer when there are fewer (decode), so
      * the split partials stay small. */
     s->rows = per < t->block_q ? per : t->block_q;
     s->decode = s->kv_span > 1 || s->rows <= MK_DECODE_ROWS;
-    s->row_blocks = per > 0 ? (per + s->rows - 1) / s->rows : 0;
+    /* A step's blocks: one per ilv queries (each within block_q rows). */
+    s->row_blocks = qs > 0    ? (lq + qs - 1) / qs
+                    : per > 0 ? (per + s->rows - 1) / s->rows
+                              : 0;
     s->units = (s->grouped ? (p->kv_heads + s->kv_span - 1) / s->kv_span
                            : p->heads) *
                s->row_blocks;
@@ -125,6 +148,12 @@ static void seq_chunks(const mk_table *t, const mha_problem *p,
             s->chunks = paged;
         s->key_major = s->chunks > 1;
     }
+    /* A step's query blocks read the same keys: taken chunk by chunk,
+     * a chunk's second read may find it in L3 (group 4 at Lq 4 from
+     * [B, L, H, D]: 1.05x on one thread, level otherwise; the grouped
+     * kernels' instructions bound them, docs/benchmarks.md). */
+    if (s->grouped && s->lq > 1 && s->row_blocks > 1)
+        s->key_major = s->chunks > 1;
     int64_t bk = t->block_k, n = lk > 0 ? lk : 1;
     s->chunk_len = ((n + s->chunks - 1) / s->chunks + bk - 1) / bk * bk;
     s->chunks = (n + s->chunk_len - 1) / s->chunk_len;
@@ -183,7 +212,7 @@ static int cut_work(const mk_table *t, const mha_problem *p, mha_plan *pl)
     pl->decode_key_block = n > bk ? n : bk;
     /* A paged decode block's row scales: one per key, or one per key and
      * kv head for a block spanning kv heads (SPAN_KEYS or fewer keys). */
-    int64_t span = kv_span(t, p, pl->group, 1); /* the most at any lq */
+    int64_t span = kv_span(t, p, pl->group, 0); /* the most at any lq */
     pl->rt_scales = pl->decode_key_block;
     if (span > 1 && SPAN_KEYS * span > pl->rt_scales)
         pl->rt_scales = SPAN_KEYS * span;
@@ -478,7 +507,14 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
                         : p->heads;
     int64_t hh = unit / s->row_blocks % heads;
     int64_t r0 = unit % s->row_blocks * s->rows;
-    int64_t per = s->grouped ? pl->group * s->ilv : s->lq;
+    /* Grouped rows take queries [q0, q0 + nq): one, or a step's block of
+     * ilv (the last one short). */
+    int64_t q0 = 0, nq = 1;
+    if (s->grouped && s->lq > 1) {
+        q0 = unit % s->row_blocks * s->ilv, r0 = 0;
+        nq = s->lq - q0 < s->ilv ? s->lq - q0 : s->ilv;
+    }
+    int64_t per = s->grouped ? pl->group * nq : s->lq;
     if (s->kv_span > 1) { /* the last block may span fewer kv heads */
         int64_t left = p->kv_heads - hh * s->kv_span;
         per *= left < s->kv_span ? left : s->kv_span;
@@ -492,7 +528,7 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
     int64_t h, i, hk;
     ptrdiff_t step_q, step_o, step_keep, step_bias;
     if (s->grouped) {
-        hk = hh * s->kv_span, h = hk * pl->group + r0, i = 0;
+        hk = hh * s->kv_span, h = hk * pl->group + r0, i = q0;
         step_q = p->q_sh, step_o = p->o_sh;
         step_keep = m->keep_stride_head, step_bias = m->bias_stride_head;
     } else {
@@ -501,8 +537,8 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
         step_keep = m->keep_stride_query, step_bias = m->bias_stride_query;
     }
     rb.cache_id = b * p->kv_heads + hk;
-    rb.kv_group = s->kv_span > 1 ? pl->group * s->ilv : 0;
-    rb.ilv = s->ilv, rb.ilv_group = pl->group;
+    rb.kv_group = s->kv_span > 1 ? pl->group * nq : 0;
+    rb.ilv = nq, rb.ilv_group = pl->group;
     rb.q_qs = p->q_ss, rb.o_qs = p->o_ss;
     rb.k_hs = p->k_sh, rb.v_hs = p->v_sh;
     rb.ks_hs = p->k_scales.stride_head, rb.vs_hs = p->v_scales.stride_head;
@@ -572,11 +608,11 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
         /* The last query sees the most keys; later key blocks are skipped.
          * Grouped rows at one query: the limit alone is the mask; at
          * several (ilv), each row's query takes the diagonal. */
-        int64_t last_query = s->grouped ? s->ilv - 1 : i + rb.rows - 1;
+        int64_t last_query = i + (s->grouped ? nq : rb.rows) - 1;
         int64_t end = last_query + shift + 1;
         if (end < rb.key_end)
             rb.key_end = end < 0 ? 0 : end;
-        if (!s->grouped || s->ilv > 1)
+        if (!s->grouped || nq > 1)
             rb.diag_hi = i + shift;
     }
     /* A sliding window: query i' (aligned) sees keys [i' - left, i' +
@@ -589,8 +625,8 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
         int64_t left = tm->window_left > most ? -1 : tm->window_left;
         int64_t right = tm->window_right > most ? -1 : tm->window_right;
         int64_t pos = i + ashift; /* row 0's aligned position */
-        int64_t queries = s->grouped ? s->ilv : rb.rows;
-        if (s->grouped && s->ilv == 1) {
+        int64_t queries = s->grouped ? nq : rb.rows;
+        if (s->grouped && nq == 1) {
             if (left >= 0 && pos - left > rb.key_begin)
                 rb.key_begin = pos - left;
             if (right >= 0 && pos + right + 1 < rb.key_end)

@@ -176,6 +176,14 @@ static const decode_case cases[] = {
     {2, 8, 2, 600, 64, MHA_CAUSAL_TOP_LEFT, 1, 2, 0},
     {1, 6, 6, 300, 80, MHA_CAUSAL_NONE, 0, 3, 0},
     {1, 28, 28, 90, 64, MHA_CAUSAL_BOTTOM_RIGHT, 0, 7, 0},
+    /* More rows a kv head than MK_DECODE_ROWS: the step in blocks of
+     * fewer queries (row blocks taken key chunk by key chunk): group 4 at
+     * Lq 4 (two of 2 queries), group 8 at Lq 3 (three of one query, the
+     * grouped rows at queries 1 and 2), group 3 at Lq 3 (2 queries, then
+     * 1). */
+    {2, 16, 4, 900, 64, MHA_CAUSAL_BOTTOM_RIGHT, 1, 4, 0},
+    {1, 16, 2, 700, 64, MHA_CAUSAL_BOTTOM_RIGHT, 0, 3, 0},
+    {1, 12, 4, 500, 32, MHA_CAUSAL_TOP_LEFT, 1, 3, 0},
 };
 
 START_TEST(decode_dtypes_vs_oracle)
