@@ -186,10 +186,10 @@ typedef struct {
     float *w; /* weights rows, or NULL */
     ptrdiff_t w_ld; /* the sequence's keys */
     const uint8_t *keep;
-    ptrdiff_t keep_ld;
+    ptrdiff_t keep_ld, keep_qld; /* qld: a query's step, interleaved rows */
     const uint8_t *key_keep; /* the batch's key padding row, or NULL */
     const float *bias;
-    ptrdiff_t bias_ld;
+    ptrdiff_t bias_ld, bias_qld;
     /* Score terms (docs/design.md, "Score terms"): per-row ALiBi slope
      * and the aligned query position of row 0 (step per row), the sink
      * logit per row, the lse output rows. */

@@ -29,15 +29,14 @@ static int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
  * and 32 by 5-20% and 128 and 256 by 10-50% (docs/benchmarks.md). */
 #define SPAN_KEYS 64
 
-/* Whether a block across kv heads may interleave several queries (a
- * speculative decode step): only with the terms whose rows need no more
- * than the query's diagonals (mk_mask.diag_period: causal, a window) and
- * a head's sink (stream_keys). A per-row keep-mask or bias, ALiBi and
- * the weights output keep blocks of one head's queries. */
+/* Whether a block may interleave several queries of several heads (a
+ * speculative decode step): the masks and terms find each row's query
+ * and head (mk_row_of), the sinks too (stream_keys); the weights output
+ * (rows written at one stride by normalize) keeps blocks of one head's
+ * queries. */
 static int interleaves(const mha_problem *p)
 {
-    return !p->weights && !p->mask.keep && !p->mask.bias &&
-           !p->terms.alibi_slopes;
+    return !p->weights;
 }
 
 /* The kv heads one decode row block spans, its rows `rows` a kv head
@@ -568,16 +567,19 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
                             i * m->keep_stride_query
                       : NULL;
     rb.keep_ld = step_keep;
+    rb.keep_qld = nq > 1 ? m->keep_stride_query : 0;
     rb.bias = m->bias ? m->bias + b * m->bias_stride_batch +
                             h * m->bias_stride_head +
                             i * m->bias_stride_query
                       : NULL;
     rb.bias_ld = step_bias;
+    rb.bias_qld = nq > 1 ? m->bias_stride_query : 0;
     rb.key_keep = m->key_keep ? m->key_keep + b * m->key_keep_stride_batch
                               : NULL;
 
     /* Score terms (docs/design.md, "Score terms"). Grouped rows are heads
-     * at one query: slopes and sinks step by head, the position not. */
+     * at one query: slopes and sinks step by head, the position not;
+     * interleaved rows (nq > 1) find their head and query (mk_row_of). */
     /* Positions: key j is key_offset + j of key_total keys (a shard); in
      * the block's key indices every position moves by -key_offset. */
     const mha_score_terms *tm = &p->terms;
@@ -592,7 +594,7 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
                                 : NULL;
     rb.alibi_ld = s->grouped ? 1 : 0;
     rb.alibi_pos = i + ashift;
-    rb.alibi_pos_step = s->grouped ? 0 : 1;
+    rb.alibi_pos_step = s->grouped && nq == 1 ? 0 : 1; /* per query */
     rb.sink = tm->sinks ? tm->sinks + h : NULL;
     rb.sink_ld = s->grouped ? 1 : 0;
     rb.lse = p->lse ? p->lse + s->lse_off + h * s->lse_sh + i : NULL;
@@ -658,10 +660,12 @@ mk_mask mha_block_mask(const mha_row_block *rb, int64_t k0, int64_t nk)
     if (rb->keep) {
         mk.keep = rb->keep + k0;
         mk.keep_ld = rb->keep_ld;
+        mk.keep_qld = rb->keep_qld;
     }
     if (rb->bias) {
         mk.bias = rb->bias + k0;
         mk.bias_ld = rb->bias_ld;
+        mk.bias_qld = rb->bias_qld;
     }
     if (rb->key_keep)
         mk.key_keep = rb->key_keep + k0;

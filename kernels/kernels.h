@@ -98,25 +98,28 @@ static inline int mk_dtype_scaled(mk_dtype t)
  *   hi_i = min(n, key_limit, q_i + diag_hi + 1)  (MK_NO_DIAG_HI: none)
  * where q_i, the row's query, is i, or (i / diag_rows) % diag_period
  * when diag_period > 0: rows that interleave the queries of several
- * heads (diag_rows rows a query, diag_period queries a head).
- * and inside it key j is masked when keep != NULL && keep[i*keep_ld + j] == 0
- * or key_keep != NULL && key_keep[j] == 0 (one row every row shares).
- * The score of a visible key, with t = scale * s[i][j] (docs/design.md,
- * "Score terms"):
+ * heads (diag_rows rows a query, diag_period queries a head; the row's
+ * head h_i is then (i / (diag_rows * diag_period)) * diag_rows + i %
+ * diag_rows, else i: mk_row_of), and inside it key j is masked when
+ * keep != NULL && keep[h_i*keep_ld + q_i*keep_qld + j] == 0 or key_keep
+ * != NULL && key_keep[j] == 0 (one row every row shares). The score of a
+ * visible key, with t = scale * s[i][j] (docs/design.md, "Score terms"):
  *   x = softcap * tanh(t / softcap)   when softcap > 0, else t
- *   x += alibi[i*alibi_ld] * (j - (alibi_pos + i*alibi_pos_step))
+ *   x += alibi[h_i*alibi_ld] * (j - (alibi_pos + q_i*alibi_pos_step))
  *                                     when alibi != NULL
- *   x += bias[i * bias_ld + j]        when bias != NULL
- * A row stride of 0 broadcasts one row to all rows. diag_hi is the causal
+ *   x += bias[h_i*bias_ld + q_i*bias_qld + j]   when bias != NULL
+ * keep_qld and bias_qld are 0 unless diag_period > 0 (a row's own stride
+ * is then keep_ld, bias_ld alone). A row stride of 0 broadcasts one row
+ * to all rows. diag_hi is the causal
  * diagonal (or a window's right edge); diag_lo a window's left edge;
  * key_start a left edge shared by every row (docs/design.md, "mask
  * model"). Zero softcap, NULL alibi and key_start 0 are off. */
 typedef struct mk_mask {
     const uint8_t *keep;
-    ptrdiff_t keep_ld;
+    ptrdiff_t keep_ld, keep_qld;
     const uint8_t *key_keep; /* a key padding row for every row, or NULL */
     const float *bias;
-    ptrdiff_t bias_ld;
+    ptrdiff_t bias_ld, bias_qld;
     int64_t diag_lo;   /* MK_NO_DIAG_LO when nothing hides keys on the left */
     int64_t diag_hi;   /* MK_NO_DIAG_HI when there is no causal diagonal */
     int64_t diag_rows;   /* with diag_period > 0: rows a query */
@@ -134,14 +137,29 @@ typedef struct mk_mask {
 #define MK_NO_DIAG_LO INT64_MIN
 #define MK_NO_DIAG_HI INT64_MAX
 
+/* Row i's query and head (mk_mask): both i, or for rows interleaving
+ * the queries of several heads (diag_period > 0) its place in them. */
+typedef struct {
+    int64_t q, h;
+} mk_row;
+static inline mk_row mk_row_of(const mk_mask *mask, int64_t i)
+{
+    mk_row r = {i, i};
+    if (mask->diag_period > 0) {
+        int64_t g = mask->diag_rows;
+        r.q = i / g % mask->diag_period;
+        r.h = i / (g * mask->diag_period) * g + i % g;
+    }
+    return r;
+}
+
 /* The visible columns [*lo, *hi) of row i of an n-column tile; *lo >= *hi
  * means the row sees nothing in this tile. 0 <= *lo and *hi <= n. */
 static inline void mk_visible_range(const mk_mask *mask, int64_t i, int64_t n,
                                     int64_t *lo, int64_t *hi)
 {
     int64_t h = n;
-    if (mask->diag_period > 0)
-        i = i / mask->diag_rows % mask->diag_period;
+    i = mk_row_of(mask, i).q;
     if (mask->diag_hi != MK_NO_DIAG_HI && i + mask->diag_hi + 1 < h)
         h = i + mask->diag_hi + 1;
     if (mask->key_limit < h)

@@ -468,7 +468,8 @@ MK_SM_INLINE int sm_row_exp(float *row, int64_t n, const sm_rowpass *rp,
  * MK_W rows take one vector exp. Rows whose maximum stays -inf get P = 0,
  * alpha = 1, unless a NaN reached every visible score (mk_row_next_max).
  * Preconditions: lds >= n when m > 1; mask->keep / bias readable for the
- * visible keys of each row (row stride keep_ld / bias_ld, 0 broadcasts).
+ * visible keys of each row (row stride keep_ld / bias_ld, 0 broadcasts;
+ * interleaved rows by head and query: mk_row_of).
  */
 #if MK_SM_CODES
 #define MK_SM_UPDATE MK_SM_FN(softmax_update_codes)
@@ -506,13 +507,19 @@ void MK_SM_UPDATE(float *s, ptrdiff_t lds, int64_t m, int64_t n, float scale,
             const int64_t i = i0 + r;
             int64_t lo, hi;
             mk_visible_range(mask, i, n, &lo, &hi);
+            const mk_row rw = mk_row_of(mask, i);
             const float *bias =
-                mask->bias ? mask->bias + i * mask->bias_ld + lo : NULL;
+                mask->bias ? mask->bias + rw.h * mask->bias_ld +
+                                 rw.q * mask->bias_qld + lo
+                           : NULL;
             const uint8_t *keep =
-                mask->keep ? mask->keep + i * mask->keep_ld + lo : NULL;
+                mask->keep ? mask->keep + rw.h * mask->keep_ld +
+                                 rw.q * mask->keep_qld + lo
+                           : NULL;
             if (mask->alibi) {
-                tm.slope = mask->alibi[i * mask->alibi_ld];
-                tm.dist0 = lo - (mask->alibi_pos + i * mask->alibi_pos_step);
+                tm.slope = mask->alibi[rw.h * mask->alibi_ld];
+                tm.dist0 =
+                    lo - (mask->alibi_pos + rw.q * mask->alibi_pos_step);
             }
             sm_row_max(s + i * lds, lo, hi, scale, unscaled, bias, keep,
                        mask->key_keep ? mask->key_keep + lo : NULL, &tm,

@@ -30,7 +30,8 @@ enum {
     MV_LIMIT_0, MV_LIMIT_HALF, MV_LIMIT_ABOVE, MV_ALL,
     MV_LO_0, MV_LO_NEG, MV_LO_POS, MV_LO_ALL, MV_WINDOW, MV_WINDOW_CROSSED,
     MV_WINDOW_LIMIT, MV_WINDOW_ALL, MV_SOFTCAP, MV_ALIBI, MV_ALIBI_SHARED,
-    MV_KEY_KEEP, MV_TERMS_ALL, MV_CAUSAL_PERIOD, N_MASK_VARIANTS
+    MV_KEY_KEEP, MV_TERMS_ALL, MV_CAUSAL_PERIOD, MV_PERIOD_TERMS,
+    N_MASK_VARIANTS
 };
 static const char *const MV_NAME[] = {
     "none", "keep", "keep ld 0", "bias", "bias ld 0", "causal 0",
@@ -41,7 +42,8 @@ static const char *const MV_NAME[] = {
     "window + keep + bias + key_limit", "softcap 2", "alibi per row",
     "alibi one query (step 0)", "key_keep + key_start",
     "softcap + alibi + key_keep + keep + bias + window",
-    "causal -1, 2 rows a query, 3 queries a head"};
+    "causal -1, 2 rows a query, 3 queries a head",
+    "causal 0 + keep + bias + alibi, 2 rows a query, 3 queries a head"};
 _Static_assert(sizeof MV_NAME / sizeof MV_NAME[0] == N_MASK_VARIANTS,
                "a name per mask variant");
 
@@ -60,14 +62,21 @@ static void make_mask(int v, int64_t m, int64_t n, test_rng *r, mask_buf *mb)
     mb->mask.diag_hi = MK_NO_DIAG_HI;
     mb->mask.key_limit = n;
     int keep = v == MV_KEEP || v == MV_KEEP_BROADCAST || v == MV_ALL ||
-               v == MV_WINDOW_ALL || v == MV_TERMS_ALL;
+               v == MV_WINDOW_ALL || v == MV_TERMS_ALL || v == MV_PERIOD_TERMS;
     int bias = v == MV_BIAS || v == MV_BIAS_BROADCAST || v == MV_ALL ||
-               v == MV_WINDOW_ALL || v == MV_TERMS_ALL;
+               v == MV_WINDOW_ALL || v == MV_TERMS_ALL || v == MV_PERIOD_TERMS;
+    /* Interleaved rows (a speculative decode block): 2 rows (heads) a
+     * query, 3 queries a head pair; the keep and bias arrays hold a row
+     * per (head, query), heads (n + 3) * 3 apart and queries n + 3, and
+     * the slopes one per head. */
+    int period = v == MV_PERIOD_TERMS;
+    int64_t prows = (m / 6 + 1) * 6; /* rows of whole head pairs */
     if (v == MV_SOFTCAP || v == MV_TERMS_ALL)
         mb->mask.softcap = 2.0f;
-    if (v == MV_ALIBI || v == MV_ALIBI_SHARED || v == MV_TERMS_ALL) {
-        mb->alibi = test_alloc((size_t)m * sizeof(float));
-        for (int64_t i = 0; i < m; i++)
+    if (v == MV_ALIBI || v == MV_ALIBI_SHARED || v == MV_TERMS_ALL ||
+        period) {
+        mb->alibi = test_alloc((size_t)prows * sizeof(float));
+        for (int64_t i = 0; i < prows; i++)
             mb->alibi[i] = 0.5f * rng_uniform(r);
         mb->mask.alibi = mb->alibi;
         mb->mask.alibi_ld = v == MV_ALIBI_SHARED ? 0 : 1;
@@ -87,7 +96,7 @@ static void make_mask(int v, int64_t m, int64_t n, test_rng *r, mask_buf *mb)
     }
     if (keep) {
         ptrdiff_t ld = v == MV_KEEP_BROADCAST ? 0 : n + 3;
-        int64_t rows = ld ? m : 1;
+        int64_t rows = period ? prows : ld ? m : 1;
         mb->keep = test_alloc((size_t)((rows - 1) * ld + n));
         memset(mb->keep, 0x5a, (size_t)((rows - 1) * ld + n));
         for (int64_t i = 0; i < rows; i++)
@@ -96,11 +105,12 @@ static void make_mask(int v, int64_t m, int64_t n, test_rng *r, mask_buf *mb)
                     (i % 5 == 4 || rng_uniform(r) < -0.4f) ? 0
                                                             : (uint8_t)(1 + j % 7);
         mb->mask.keep = mb->keep;
-        mb->mask.keep_ld = ld;
+        mb->mask.keep_ld = period ? 3 * ld : ld;
+        mb->mask.keep_qld = period ? ld : 0;
     }
     if (bias) {
         ptrdiff_t ld = v == MV_BIAS_BROADCAST ? 0 : n + 5;
-        int64_t rows = ld ? m : 1;
+        int64_t rows = period ? prows : ld ? m : 1;
         mb->bias = test_alloc((size_t)((rows - 1) * ld + n) * sizeof(float));
         fill_sentinel(mb->bias, (size_t)((rows - 1) * ld + n));
         for (int64_t i = 0; i < rows; i++)
@@ -110,7 +120,8 @@ static void make_mask(int v, int64_t m, int64_t n, test_rng *r, mask_buf *mb)
                     (ld && i % 4 == 2) || u < -0.6f ? -INFINITY : 3.0f * u;
             }
         mb->mask.bias = mb->bias;
-        mb->mask.bias_ld = ld;
+        mb->mask.bias_ld = period ? 3 * ld : ld;
+        mb->mask.bias_qld = period ? ld : 0;
     }
     switch (v) {
     case MV_CAUSAL_0: mb->mask.diag_hi = 0; break;
@@ -122,6 +133,11 @@ static void make_mask(int v, int64_t m, int64_t n, test_rng *r, mask_buf *mb)
      * rows; query 0 sees no key, query 2 keys 0 and 1. */
     case MV_CAUSAL_PERIOD:
         mb->mask.diag_hi = -1;
+        mb->mask.diag_rows = 2;
+        mb->mask.diag_period = 3;
+        break;
+    case MV_PERIOD_TERMS:
+        mb->mask.diag_hi = 0;
         mb->mask.diag_rows = 2;
         mb->mask.diag_period = 3;
         break;
@@ -162,12 +178,31 @@ static void make_mask(int v, int64_t m, int64_t n, test_rng *r, mask_buf *mb)
     }
 }
 
+/* A row's query and head, from the definition of mk_mask: the row
+ * itself, or its place among interleaved queries of several heads. */
+static void ref_row(const mk_mask *mk, int64_t row, int64_t *q, int64_t *h)
+{
+    *q = *h = row;
+    if (mk->diag_period > 0) {
+        int64_t per_query = mk->diag_rows, queries = mk->diag_period;
+        *q = row / per_query % queries;
+        *h = row / (per_query * queries) * per_query + row % per_query;
+    }
+}
+
+/* The row's bias at key j (bias set). */
+static float ref_bias(const mk_mask *mk, int64_t row, int64_t j)
+{
+    int64_t q, h;
+    ref_row(mk, row, &q, &h);
+    return mk->bias[h * mk->bias_ld + q * mk->bias_qld + j];
+}
+
 /* Whether key j is hidden from a row, from the definition of mk_mask. */
 static int ref_hidden(const mk_mask *mk, int64_t row, int64_t j)
 {
-    int64_t i = row; /* the row's query */
-    if (mk->diag_period > 0)
-        i = row / mk->diag_rows % mk->diag_period;
+    int64_t i, h; /* the row's query and head */
+    ref_row(mk, row, &i, &h);
     if (mk->diag_lo != MK_NO_DIAG_LO && j < i + mk->diag_lo)
         return 1;
     if (mk->diag_hi != MK_NO_DIAG_HI && j > i + mk->diag_hi)
@@ -176,7 +211,8 @@ static int ref_hidden(const mk_mask *mk, int64_t row, int64_t j)
         return 1;
     if (mk->key_keep && mk->key_keep[j] == 0)
         return 1;
-    return mk->keep && mk->keep[row * mk->keep_ld + j] == 0;
+    return mk->keep &&
+           mk->keep[h * mk->keep_ld + i * mk->keep_qld + j] == 0;
 }
 
 /* The reference step in double. s is read as float; p, row state as
@@ -193,11 +229,13 @@ static void ref_softmax_update(const float *s, ptrdiff_t lds, int64_t m,
             double x = (double)scale * s[i * lds + j];
             if (mk->softcap > 0.0f)
                 x = mk->softcap * tanh(x / mk->softcap);
+            int64_t q, h;
+            ref_row(mk, i, &q, &h);
             if (mk->alibi)
-                x += (double)mk->alibi[i * mk->alibi_ld] *
-                     (double)(j - (mk->alibi_pos + i * mk->alibi_pos_step));
+                x += (double)mk->alibi[h * mk->alibi_ld] *
+                     (double)(j - (mk->alibi_pos + q * mk->alibi_pos_step));
             if (mk->bias)
-                x += mk->bias[i * mk->bias_ld + j];
+                x += ref_bias(mk, i, j);
             if (ref_hidden(mk, i, j))
                 x = -INFINITY;
             pi[j] = x;
@@ -328,7 +366,7 @@ static void softmax_case(const table_set *ts, int64_t m, int64_t n, int v,
                     exact_p[i * n + j] =
                         dead || ref_hidden(&mb.mask, i, j) ||
                         (mb.mask.bias &&
-                         mb.mask.bias[i * mb.mask.bias_ld + j] == -INFINITY);
+                         ref_bias(&mb.mask, i, j) == -INFINITY);
                 }
             }
             expect e = {.isa = t->name};
