@@ -13,7 +13,7 @@
  *    output turns splitting off) and against the oracle;
  *  - GQA groups of 1, 4, 8, 16 and 64 query heads per kv head;
  *  - bitwise determinism over 1..8 threads with split-KV active, including
- *    a single head over 32768 keys.
+ *    a single head over 32768 keys and a speculative step of 4 queries.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -279,9 +279,12 @@ START_TEST(split_deterministic_over_threads)
     static const decode_case shapes[] = {
         {1, 1, 1, 32768, 128, MHA_CAUSAL_BOTTOM_RIGHT, 0, 1, 0},
         {2, 32, 16, 1500, 128, MHA_CAUSAL_NONE, 1, 1, 0}, /* key-major */
+        /* A speculative step in two query blocks across kv heads, taken
+         * key chunk by key chunk. */
+        {1, 32, 8, 3000, 128, MHA_CAUSAL_BOTTOM_RIGHT, 0, 4, 0},
     };
     const decode_case *c = &shapes[_i];
-    mha_dtype dt = _i == 0 ? MHA_F32 : MHA_F16;
+    mha_dtype dt = _i == 1 ? MHA_F16 : MHA_F32;
     decode_data dd;
     make_data(&dd, c, dt, 500 + (uint64_t)_i);
     float *first = test_alloc(dd.nq * sizeof(float));
@@ -314,7 +317,7 @@ Suite *suite_decode(void)
     int ncases = (int)(sizeof cases / sizeof cases[0]);
     tcase_add_loop_test(tc, decode_dtypes_vs_oracle, 0, 3 * ncases);
     tcase_add_test(tc, split_matches_unsplit);
-    tcase_add_loop_test(tc, split_deterministic_over_threads, 0, 2);
+    tcase_add_loop_test(tc, split_deterministic_over_threads, 0, 3);
     suite_add_tcase(s, tc);
     return s;
 }
