@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "fetch_step.h"
 
 /* Rows the gather fetches ahead of the row it widens, within a run. */
 #define GATHER_AHEAD 8
@@ -38,12 +39,9 @@ static void gather_rows(const mk_table *t, const mha_problem *p,
         run = mha_kv_run(p, rb, value, k0 + j, n - j, &x, &scale);
         for (int64_t r = 0; r < run; r++) {
             float *y = buf + (j + r) * width;
-            if (r + GATHER_AHEAD < run) {
-                const char *ahead =
-                    x + (size_t)((r + GATHER_AHEAD) * stride) * es;
-                for (size_t b = 0; b < (size_t)width * es; b += 64)
-                    __builtin_prefetch(ahead + b, 0, 2);
-            }
+            if (r + GATHER_AHEAD < run)
+                mk_fetch_run(x + (size_t)((r + GATHER_AHEAD) * stride) * es,
+                             (size_t)width * es, 0);
             widen(x + (size_t)(r * stride) * es, width, y);
             if (scale) {
                 float sc = scale[r * scale_ss];

@@ -1,7 +1,8 @@
 /*
  * The decode kernels' fetch ahead spread over their chunks
  * (kernels/decode_heads.h), shared by the x86 decode files, and the
- * packs' fetch of the rows ahead: always inlined beside the loops (a
+ * packs' (and the engine's gather's) fetch of the rows ahead: always
+ * inlined beside the loops (a
  * shared helper the compiler may keep out of line compiled to half the
  * prefetches once: docs/benchmarks.md).
  */
