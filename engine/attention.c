@@ -105,16 +105,22 @@ static void stage_rows(const mk_table *t, const mha_problem *p,
      * the block's d floats a row against the keys' and values' rows of
      * every kv head it reads (decode.c). */
     if (rb->ilv > 1) {
+        /* The half slots of a prefill block read codes: copied as such. */
+        int codes = pl->half && !rb->decode;
         for (int64_t r = 0; with_q && r < rb->rows; r++) {
             const char *x =
                 rb->q_src +
                 (size_t)mha_ilv_at(rb, r, rb->q_qs, rb->ldq_src) * cs;
-            if (p->compute == MHA_F32)
-                memcpy(sc->qw + r * p->d, x, (size_t)p->d * sizeof(float));
+            if (p->compute == MHA_F32 || codes)
+                memcpy((char *)sc->qw + (size_t)(r * p->d) * cs, x,
+                       (size_t)p->d * cs);
             else
                 t->widen[p->compute](x, p->d, sc->qw + r * p->d);
         }
-        if (with_q) {
+        if (with_q && codes) {
+            rb->q_src = (const char *)sc->qw;
+            rb->ldq_src = p->d;
+        } else if (with_q) {
             rb->q = sc->qw;
             rb->ldq = p->d;
         }

@@ -68,15 +68,29 @@ static int64_t kv_span(const mk_table *t, const mha_problem *p, int64_t rows,
 }
 
 /* The queries one block of a speculative decode step (2 to MK_DECODE_ROWS
- * queries) takes together, 0 for blocks of one head's queries: as many as
- * MK_DECODE_ROWS rows a kv head hold (its group's query heads at each),
- * shared evenly among the fewest blocks. One head at a time, every query
- * head's block read its kv head's keys again, and [B, L, H, D] read at
- * 0.49-0.55x the rate of [B, H, L, D] (docs/benchmarks.md). */
-static int64_t step_queries(const mha_problem *p, int64_t group, int64_t lq)
+ * queries) takes together, 0 for blocks of one head's queries. One head
+ * at a time, every query head's block read its kv head's keys again, and
+ * [B, L, H, D] read at 0.49-0.55x the rate of [B, H, L, D]. Decode blocks
+ * take as many queries as MK_DECODE_ROWS rows a kv head hold (its group's
+ * query heads at each), shared evenly among the fewest blocks, each
+ * reading the keys again; from STEP_PREFILL_READS such reads on (3, or 4
+ * where the blocks would span kv heads and read faster), one prefill
+ * block of all the step's rows a kv head (up to block_q) reads them once:
+ * 32 rows a kv head read 1.0-1.4x, 24 rows from [B, H, L, D] 1.1-1.2x,
+ * but from [B, L, H, D] 0.91-0.98x (Zen 4, docs/benchmarks.md). */
+#define STEP_PREFILL_READS 3
+static int64_t step_queries(const mk_table *t, const mha_problem *p,
+                            int64_t group, int64_t lq)
 {
-    if (lq < 2 || lq > MK_DECODE_ROWS || group > MK_DECODE_ROWS ||
-        !interleaves(p))
+    if (lq < 2 || lq > MK_DECODE_ROWS || !interleaves(p))
+        return 0;
+    int64_t rows = group * lq;
+    int64_t reads = (rows + MK_DECODE_ROWS - 1) / MK_DECODE_ROWS;
+    int64_t from = STEP_PREFILL_READS +
+                   (group <= MK_DECODE_ROWS && kv_span(t, p, group, 1) > 1);
+    if (reads >= from && rows <= t->block_q)
+        return lq;
+    if (group > MK_DECODE_ROWS)
         return 0;
     int64_t most = MK_DECODE_ROWS / group;
     if (most > lq)
@@ -102,7 +116,7 @@ static void seq_cut(const mk_table *t, const mha_problem *p, int64_t group,
                     int64_t lq, mha_seq *s)
 {
     s->lq = lq;
-    int64_t qs = step_queries(p, group, lq);
+    int64_t qs = step_queries(t, p, group, lq);
     s->kv_span = lq == 1  ? kv_span(t, p, group, 0)
                  : qs > 0 ? kv_span(t, p, group * qs, 1)
                           : 1;

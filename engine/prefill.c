@@ -276,7 +276,7 @@ static void ensure_cached(const mk_table *t, const mha_problem *p,
 static int splits_rows(const mha_row_block *rb, const mha_scratch *sc,
                        int64_t k0, int64_t nk)
 {
-    if (!sc->cache || rb->w || rb->rows <= DIAG_ROWS)
+    if (!sc->cache || rb->w || rb->rows <= DIAG_ROWS || rb->ilv > 1)
         return 0;
     int diagonal = rb->diag_hi != MK_NO_DIAG_HI &&
                    rb->diag_hi + DIAG_ROWS < k0 + nk;

@@ -52,6 +52,13 @@ static const compute_case CASES[] = {
      MHA_CAUSAL_NONE, MHA_F16, 2, 0},
     {"multi-token decode", 2, 4, 4, 3, 40, 32, 32, MHA_CAUSAL_BOTTOM_RIGHT,
      MHA_F32, 1, 0},
+    /* A speculative step of 32 rows a kv head: one prefill block of
+     * interleaved rows, its half queries gathered as codes where the
+     * table computes natively. */
+    {"speculative step, group 8, bf16 kv", 2, 16, 2, 4, 300, 64, 64,
+     MHA_CAUSAL_BOTTOM_RIGHT, MHA_BF16, 2, 0},
+    {"speculative step, group 8, f16 kv", 1, 16, 2, 4, 300, 64, 64,
+     MHA_CAUSAL_BOTTOM_RIGHT, MHA_F16, 1, 0},
     {"varlen packed", 3, 4, 2, 5, 12, 64, 64, MHA_CAUSAL_BOTTOM_RIGHT, MHA_F32,
      2, 1},
     /* bf16 K/V: the native bf16 path where a table has it. Row blocks

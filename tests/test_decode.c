@@ -184,6 +184,11 @@ static const decode_case cases[] = {
     {2, 16, 4, 900, 64, MHA_CAUSAL_BOTTOM_RIGHT, 1, 4, 0},
     {1, 16, 2, 700, 64, MHA_CAUSAL_BOTTOM_RIGHT, 0, 3, 0},
     {1, 12, 4, 500, 32, MHA_CAUSAL_TOP_LEFT, 1, 3, 0},
+    /* Four or more decode blocks' worth (32 rows a kv head and up): one
+     * prefill block of the step's interleaved rows a kv head (group 8 at
+     * Lq 4 and 8, the latter with a keep-mask at query and head strides). */
+    {2, 24, 3, 900, 128, MHA_CAUSAL_TOP_LEFT, 1, 4, 0},
+    {1, 32, 4, 700, 64, MHA_CAUSAL_BOTTOM_RIGHT, 0, 8, 1},
 };
 
 START_TEST(decode_dtypes_vs_oracle)
