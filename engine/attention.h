@@ -208,12 +208,13 @@ typedef struct {
 } mha_row_block;
 
 /* Elements from an interleaved row block's first row to row r's, for
- * rows qs apart a query and hs a head (mha_row_block.ilv). */
+ * rows qs apart a query and hs a head (mha_row_block.ilv; the masks'
+ * map, mk_row_in). */
 static inline ptrdiff_t mha_ilv_at(const mha_row_block *rb, int64_t r,
                                    ptrdiff_t qs, ptrdiff_t hs)
 {
-    int64_t g = rb->ilv_group, per = g * rb->ilv;
-    return r / g % rb->ilv * qs + (r / per * g + r % g) * hs;
+    mk_row w = mk_row_in(r, rb->ilv_group, rb->ilv);
+    return w.q * qs + w.h * hs;
 }
 
 /* plan.c: the sequence table (pl->units entries' owners; filled once per

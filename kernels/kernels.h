@@ -137,20 +137,24 @@ typedef struct mk_mask {
 #define MK_NO_DIAG_LO INT64_MIN
 #define MK_NO_DIAG_HI INT64_MAX
 
-/* Row i's query and head (mk_mask): both i, or for rows interleaving
- * the queries of several heads (diag_period > 0) its place in them. */
+/* Row i's query and head: both i, or for rows interleaving the queries
+ * of several heads (period > 0 queries a head, `rows` rows a query) its
+ * place in them. The engine lays out such blocks by the same map. */
 typedef struct {
     int64_t q, h;
 } mk_row;
-static inline mk_row mk_row_of(const mk_mask *mask, int64_t i)
+static inline mk_row mk_row_in(int64_t i, int64_t rows, int64_t period)
 {
     mk_row r = {i, i};
-    if (mask->diag_period > 0) {
-        int64_t g = mask->diag_rows;
-        r.q = i / g % mask->diag_period;
-        r.h = i / (g * mask->diag_period) * g + i % g;
+    if (period > 0) {
+        r.q = i / rows % period;
+        r.h = i / (rows * period) * rows + i % rows;
     }
     return r;
+}
+static inline mk_row mk_row_of(const mk_mask *mask, int64_t i)
+{
+    return mk_row_in(i, mask->diag_rows, mask->diag_period);
 }
 
 /* The visible columns [*lo, *hi) of row i of an n-column tile; *lo >= *hi
