@@ -150,6 +150,8 @@ typedef struct {
     int64_t rows;
     int decode;        /* the decode stream, else prefill */
     int64_t key_block; /* keys per block */
+    int64_t s_ld;      /* the decode score tile's row stride (plan.c,
+                        * wide_key_block) */
     int64_t cache_id;  /* the (sequence, kv head) the rows read */
     /* Rows spanning kv heads (decode only): rows [g * kv_group, (g + 1) *
      * kv_group) read kv head g, its K and V rows (and scales) k_hs, v_hs

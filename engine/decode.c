@@ -112,8 +112,8 @@ void mha_decode_scores(const mk_table *t, const mha_problem *p,
                       heads_pass_bytes()};
     t->decode_qk(rb->q, rb->ldq, rb->rows, k.first, (mk_dtype)p->k_dtype,
                  p->k_ss, k.rows, k.scales, k.scales_ld, nk, p->d, sc->s,
-                 rb->key_block, rb->kv_group ? &heads : NULL);
-    t->softmax_update(sc->s, rb->key_block, rb->rows, nk, p->scale, &mk, m,
+                 rb->s_ld, rb->kv_group ? &heads : NULL);
+    t->softmax_update(sc->s, rb->s_ld, rb->rows, nk, p->scale, &mk, m,
                       row_sum, sc->alpha);
 }
 
@@ -122,7 +122,7 @@ void mha_decode_step(const mk_table *t, const mha_problem *p,
                      const mha_scratch *sc, int64_t k0, int64_t nk, float *o,
                      float *m, float *l)
 {
-    int64_t bk = rb->key_block;
+    int64_t bk = rb->s_ld;
     mha_decode_scores(t, p, pl, rb, sc, m, k0, nk, rb->w ? sc->l2 : l);
     if (rb->w)
         t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, rb->w_ld);

@@ -85,6 +85,8 @@ static int64_t step_queries(const mk_table *t, const mha_problem *p,
     if (lq < 2 || lq > MK_DECODE_ROWS || !interleaves(p))
         return 0;
     int64_t rows = group * lq;
+    if (rows > MK_DECODE_ROWS && rows <= t->decode_rows)
+        return lq; /* one wide decode block a kv head reads them once */
     int64_t reads = (rows + MK_DECODE_ROWS - 1) / MK_DECODE_ROWS;
     int64_t from = STEP_PREFILL_READS +
                    (group <= MK_DECODE_ROWS && kv_span(t, p, group, 1) > 1);
@@ -128,7 +130,8 @@ static void seq_cut(const mk_table *t, const mha_problem *p, int64_t group,
     /* Rows per block: block_q, or fewer when there are fewer (decode), so
      * the split partials stay small. */
     s->rows = per < t->block_q ? per : t->block_q;
-    s->decode = s->kv_span > 1 || s->rows <= MK_DECODE_ROWS;
+    s->decode = s->kv_span > 1 || s->rows <= MK_DECODE_ROWS ||
+                (s->grouped && s->rows <= t->decode_rows);
     /* A step's blocks: one per ilv queries (each within block_q rows). */
     s->row_blocks = qs > 0    ? (lq + qs - 1) / qs
                     : per > 0 ? (per + s->rows - 1) / s->rows
@@ -237,6 +240,22 @@ static int cut_work(const mk_table *t, const mha_problem *p, mha_plan *pl)
     return 1;
 }
 
+/* A wide decode block's score rows (more than MK_DECODE_ROWS) lie a line
+ * further apart than its keys: rows a multiple of 4 KiB apart share one
+ * L1 set, which 16 rows overflow (each score write and read of the
+ * kernels missed L1). */
+#define WIDE_S_PAD 16
+
+/* Keys per block of a wide decode block: as many as the block_q x
+ * block_k score tile holds for its rows at WIDE_S_PAD more floats a row
+ * (a multiple of block_k). */
+static int64_t wide_key_block(const mk_table *t, int64_t rows)
+{
+    int64_t bk = t->block_k;
+    int64_t n = (t->block_q * bk / rows - WIDE_S_PAD) / bk * bk;
+    return n > bk ? n : bk;
+}
+
 void mha_seqs_fill(const mk_table *t, const mha_problem *p,
                    const mha_plan *pl, mha_seq *seqs)
 {
@@ -263,6 +282,7 @@ void mha_seqs_fill(const mk_table *t, const mha_problem *p,
         s->key_block = !s->decode      ? t->block_k
                        : s->kv_span > 1 ? (SPAN_KEYS < t->block_k ? SPAN_KEYS
                                                                   : t->block_k)
+                       : s->rows > MK_DECODE_ROWS ? wide_key_block(t, s->rows)
                                         : pl->decode_key_block;
         if (p->cu_q) {
             s->q_off = p->cu_q[b] * p->q_ss;
@@ -321,6 +341,10 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
     if (!mha_mul_ok(bq, bk, &part[S]) ||
         kp > (size_t)INT64_MAX / 2 || !mha_mul_ok(bq, p->dv, &part[O]))
         return 0;
+    /* A wide block of at least block_k keys (wide_key_block) on a tile
+     * too small for it. */
+    if (t->decode_rows * (bk + WIDE_S_PAD) > part[S])
+        part[S] = t->decode_rows * (bk + WIDE_S_PAD);
     part[KP] = (int64_t)kp;
     /* Queries are staged for half compute, for fp32 prefill at a stride
      * and for interleaved blocks (attention.c, stage_rows); outputs for
@@ -537,6 +561,10 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
     rb.rows = per - r0 < s->rows ? per - r0 : s->rows;
     rb.decode = s->decode;
     rb.key_block = s->key_block;
+    rb.s_ld = s->key_block +
+              (s->decode && s->kv_span == 1 && s->rows > MK_DECODE_ROWS
+                   ? WIDE_S_PAD
+                   : 0);
     /* The first row's head and query, and how one row steps. */
     int64_t h, i, hk;
     ptrdiff_t step_q, step_o, step_keep, step_bias;

@@ -208,6 +208,13 @@ static inline float mk_row_next_max(const float *row, int64_t n, float bmax,
  * packed, so a key or value byte travels from memory once. */
 #define MK_DECODE_ROWS 8
 
+/* The most rows of one kv head a table's decode kernels may take
+ * (mk_table.decode_rows): where more than MK_DECODE_ROWS rows read the
+ * same keys (a grouped-query group of 16, or a speculative step's queries
+ * of a group), a kernel with room for them computes their scores with
+ * the rows across its lanes (docs/design.md, "Decode kernels"). */
+#define MK_DECODE_WIDE_ROWS 16
+
 /* ---- The kernel types, declared once ----------------------------------- */
 
 /* Floats of scratch pack needs for n rows of depth k. */
@@ -255,7 +262,12 @@ typedef void mk_normalize_fn(const float *o, ptrdiff_t ldo, int64_t m,
  * prefetch rows they will read later, never past row n - 1 (n + more - 1
  * with heads given).
  *
- * heads NULL: every row reads the same K (V) rows, m <= MK_DECODE_ROWS.
+ * heads NULL: every row reads the same K (V) rows, m <= the table's
+ * decode_rows. A score of a call with m <= MK_DECODE_ROWS rows is, bit for
+ * bit, the same as with its row alone; one of a call with more rows (a
+ * wide call) the same as in any other wide call (the order of its sums
+ * may differ from the narrow calls'). decode_pv's output rows never
+ * depend on m.
  * Otherwise the rows span kv heads (docs/design.md, "Decode across
  * heads"): rows [g * group, (g + 1) * group) read kv head g, whose row j
  * lies g * ld elements past the given row j and whose scale g * scale_ld
@@ -484,6 +496,11 @@ typedef struct mk_table {
      * allows; 0: they take mk_heads as calls per head (correct, measured
      * slower for the engine to use: docs/design.md). */
     int decode_heads;
+    /* The most query rows of one kv head decode_qk and decode_pv take
+     * (heads NULL): MK_DECODE_ROWS, or up to MK_DECODE_WIDE_ROWS for a
+     * table with wide kernels. The engine sends blocks of more rows a kv
+     * head to the prefill stream. */
+    int64_t decode_rows;
 
     mk_packed_floats_fn *packed_floats;
     mk_pack_fn *pack;

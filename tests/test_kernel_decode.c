@@ -202,12 +202,18 @@ static void check_tables(const table_set *ts, expect *e,
     free(gen);
 }
 
+/* More rows than a table's decode_rows (a wide case on a table without
+ * wide kernels, generic's reference among them) go as calls of at most
+ * that many rows: the rows are independent. */
 static void run_decode_qk(const decode_call *c, const mk_table *t, float *s,
                           ptrdiff_t lds)
 {
-    t->decode_qk(c->a, c->lda, c->m, c->rows ? NULL : c->kv, c->t,
-                 c->rows ? 0 : c->ldkv, c->rows, c->sc, c->sc_ld, c->n, c->w,
-                 s, lds, NULL);
+    for (int64_t i = 0; i < c->m; i += t->decode_rows) {
+        int64_t m = c->m - i < t->decode_rows ? c->m - i : t->decode_rows;
+        t->decode_qk(c->a + i * c->lda, c->lda, m, c->rows ? NULL : c->kv,
+                     c->t, c->rows ? 0 : c->ldkv, c->rows, c->sc, c->sc_ld,
+                     c->n, c->w, s + i * lds, lds, NULL);
+    }
 }
 
 /* The query stride is padded, or 0 (one row for all) in some cases. */
@@ -262,9 +268,12 @@ static void run_decode_pv(const decode_call *c, const mk_table *t, float *o,
         for (int64_t x = 0; x < c->w; x++)
             o[i * ldo + x] = c->rows ? c->o0[i * ldo + x] * c->alpha[i]
                                      : c->o0[i * ldo + x];
-    t->decode_pv(c->a, c->lda, c->m, c->n, c->rows ? NULL : c->kv, c->t,
-                 c->rows ? 0 : c->ldkv, c->rows, c->sc, c->sc_ld, c->w,
-                 c->rows ? NULL : c->alpha, o, ldo, NULL);
+    for (int64_t i = 0; i < c->m; i += t->decode_rows) /* as run_decode_qk */
+        t->decode_pv(c->a + i * c->lda, c->lda,
+                     c->m - i < t->decode_rows ? c->m - i : t->decode_rows,
+                     c->n, c->rows ? NULL : c->kv, c->t, c->rows ? 0 : c->ldkv,
+                     c->rows, c->sc, c->sc_ld, c->w,
+                     c->rows ? NULL : c->alpha + i, o + i * ldo, ldo, NULL);
 }
 
 static void decode_pv_case(const table_set *ts, mk_dtype t, int64_t m,
@@ -300,8 +309,10 @@ static ptrdiff_t decode_stride(int c, int64_t w)
     return c % 3 == 0 ? w : c % 3 == 1 ? w + 7 : 0;
 }
 
-/* Runs fn for every m 1..MK_DECODE_ROWS, n, width and K/V stride variant
- * with element type t. */
+/* Runs fn for every m 1..MK_DECODE_ROWS and three wide counts up to
+ * MK_DECODE_WIDE_ROWS (every table: generic's in calls of its rows), n,
+ * width (the wide counts also past the wide kernels' stack depth of 256)
+ * and K/V stride variant with element type t. */
 typedef void (*decode_fn)(const table_set *ts, mk_dtype t, int64_t m,
                           int64_t n, int64_t w, ptrdiff_t ld, test_rng *r);
 static void for_decode_cases(decode_fn fn, mk_dtype t, uint64_t seed)
@@ -310,12 +321,18 @@ static void for_decode_cases(decode_fn fn, mk_dtype t, uint64_t seed)
     get_tables(&ts);
     test_rng r;
     rng_seed(&r, seed);
-    for (int64_t m = 1; m <= MK_DECODE_ROWS; m++)
+    static const int64_t wide[] = {9, 13, MK_DECODE_WIDE_ROWS};
+    for (int64_t x = 0; x < MK_DECODE_ROWS + 3; x++) {
+        int64_t m = x < MK_DECODE_ROWS ? x + 1 : wide[x - MK_DECODE_ROWS];
         for (int a = 0; a < N_DECODE_NS; a++)
-            for (int b = 0; b < N_DECODE_WIDTHS; b++)
+            for (int b = 0; b <= N_DECODE_WIDTHS; b++) {
+                int64_t w = b < N_DECODE_WIDTHS ? DECODE_WIDTHS[b] : 300;
+                if (b == N_DECODE_WIDTHS && m <= MK_DECODE_ROWS)
+                    continue;
                 for (int c = 0; c < 3; c++)
-                    fn(&ts, t, m, DECODE_NS[a], DECODE_WIDTHS[b],
-                       decode_stride(c, DECODE_WIDTHS[b]), &r);
+                    fn(&ts, t, m, DECODE_NS[a], w, decode_stride(c, w), &r);
+            }
+    }
 }
 
 START_TEST(decode_qk_edges)
@@ -601,6 +618,58 @@ static void decode_heads_same_at(const same_ctx *cx, test_rng *r,
     free(s_all), free(s_one), free(o_all), free(o_one);
 }
 
+/* A table with wide kernels (decode_rows > MK_DECODE_ROWS): a score of a
+ * wide call is bitwise the same in any other wide call (16 rows against
+ * 9 of them, 257 keys against each key alone), and an output element of
+ * decode_pv the same as with its row alone (a narrow call). */
+static void decode_wide_same(const same_ctx *cx, test_rng *r)
+{
+    const int64_t m = cx->tb->decode_rows, n = 257, d = cx->width;
+    if (m <= MK_DECODE_ROWS)
+        return;
+    const ptrdiff_t ldq = d + 1, ldk = d + 3, ldo = d;
+    const size_t es = mk_dtype_size(cx->t), no = (size_t)(m * ldo);
+    float *q = random_floats(r, (size_t)((m - 1) * ldq + d));
+    float *sc = mk_dtype_scaled(cx->t) ? random_scales(r, cx->t, n, 1) : NULL;
+    char *k = random_rows(r, cx->t, n, d, ldk, NULL, NULL, 0);
+    float *all = test_alloc((size_t)(m * n) * sizeof *all);
+    float *part = test_alloc((size_t)(m * n) * sizeof *part);
+    cx->tb->decode_qk(q, ldq, m, k, cx->t, ldk, NULL, sc, 1, n, d, all, n,
+                      NULL);
+    const int64_t m9 = MK_DECODE_ROWS + 1, i0 = m - m9; /* the last 9 */
+    cx->tb->decode_qk(q + i0 * ldq, ldq, m9, k, cx->t, ldk, NULL, sc, 1, n, d,
+                      part, n, NULL);
+    for (int64_t i = 0; i < m9; i++)
+        for (int64_t j = 0; j < n; j++)
+            expect_same_score(cx, part[i * n + j], all[(i0 + i) * n + j],
+                              i0 + i, j, "in a wide call of 9 rows");
+    for (int64_t j = 0; j < n; j++) {
+        float col[MK_DECODE_WIDE_ROWS];
+        cx->tb->decode_qk(q, ldq, m, k + (size_t)(j * ldk) * es, cx->t, ldk,
+                          NULL, sc ? sc + j : NULL, 1, 1, d, col, 1, NULL);
+        for (int64_t i = 0; i < m; i++)
+            expect_same_score(cx, col[i], all[i * n + j], i, j,
+                              "in a wide call with n 1");
+    }
+    float *p = random_probs(r, m, n, n);
+    float *v = (float *)random_rows(r, cx->t, n, d, ldk, NULL, NULL, 0);
+    float *alpha = random_alphas(r, m);
+    float *o0 = random_floats(r, no);
+    float *o_all = test_alloc(no * sizeof *o_all);
+    float *o_one = test_alloc(no * sizeof *o_one);
+    memcpy(o_all, o0, no * sizeof *o0);
+    memcpy(o_one, o0, no * sizeof *o0);
+    cx->tb->decode_pv(p, n, m, n, v, cx->t, ldk, NULL, sc, 1, d, alpha, o_all,
+                      ldo, NULL);
+    for (int64_t i = 0; i < m; i++)
+        cx->tb->decode_pv(p + i * n, n, 1, n, v, cx->t, ldk, NULL, sc, 1, d,
+                          alpha + i, o_one + i * ldo, ldo, NULL);
+    expect_same_rows(cx, "in a wide call", o_all, o_one, m, 0, d, ldo,
+                     "row by row");
+    free(q), free(sc), free(k), free(all), free(part), free(p), free(v);
+    free(alpha), free(o0), free(o_all), free(o_one);
+}
+
 static void decode_heads_same(const same_ctx *cx, test_rng *r, int64_t group,
                               int short_last, int tight)
 {
@@ -623,6 +692,7 @@ START_TEST(decode_deterministic)
                                (mk_dtype)t, widths[w]};
                 decode_qk_same(&cx, &r);
                 decode_pv_same(&cx, &r);
+                decode_wide_same(&cx, &r);
                 decode_heads_same(&cx, &r, 1, 0, 0);
                 decode_heads_same(&cx, &r, 2, 0, 0);
                 decode_heads_same(&cx, &r, 4, 0, 0);

@@ -656,6 +656,120 @@ qk_rows_blocks(const float *q, ptrdiff_t ldq, int64_t m, const void *k,
 #undef QK_ROWS
 }
 
+/* ---- Wide blocks: more than MK_DECODE_ROWS rows of one kv head -------
+ * With 9 to MK_DECODE_WIDE_ROWS query rows on the same keys (grouped
+ * queries: 16 query heads a kv head, or a speculative step's queries of
+ * 4 or 8), the rows' dot products bound the work, not memory: the 8-row
+ * path spends a reduction across lanes on every score. Here a vector's
+ * lanes are the rows: the queries are transposed once per call (qt[p]
+ * holds q[i][p] for the 16 rows i), and each key's element p, broadcast,
+ * multiplies qt[p] for all rows in one FMA, no reduction. A score is
+ * then one chain over p = 0 .. d - 1 in order, the same whatever m (in
+ * 9 .. MK_DECODE_WIDE_ROWS), n or the key's place (docs/design.md,
+ * "Decode kernels"). */
+
+/* The depth the transposed queries and a block's widened key rows are
+ * kept for on the stack (24 KiB); deeper rows take the 8-row path for
+ * each half of the rows. */
+#define WIDE_D 256
+/* Keys a step: their accumulators and the qt vector in registers, each
+ * FMA's key element a broadcast load. */
+enum { WIDE_KEYS = 8 };
+
+/* Rows a wide kernel fetches ahead: four times the narrow kernels'
+ * distance, as its keys take about four times as long. */
+INLINE int64_t wide_ahead(size_t row_bytes)
+{
+    return 4 * mk_ahead_rows(row_bytes);
+}
+
+/* rows[x] = row j + x, x < nk, of n; each fetches the row wide_ahead
+ * on into L2 and the next step's into L1. */
+INLINE void wide_rows(const void *base, ptrdiff_t ld, const void *const *tab,
+                      size_t es, int64_t j, int64_t nk, int64_t n,
+                      size_t row_bytes, const char **rows)
+{
+    const int64_t ahead = wide_ahead(row_bytes);
+    for (int64_t x = 0; x < nk; x++) {
+        rows[x] = mk_decode_row(base, ld, tab, es, j + x);
+        if (j + x + ahead < n)
+            prefetch_row(mk_decode_row(base, ld, tab, es, j + x + ahead),
+                         row_bytes);
+        if (j + x + WIDE_KEYS < n)
+            mk_fetch_run(mk_decode_row(base, ld, tab, es, j + x + WIDE_KEYS),
+                         row_bytes, 1);
+    }
+}
+
+/* acc[x] = the K keys' scores for every row (lanes = rows), key x's
+ * row widened at kb + x * WIDE_D: one base register and constant offsets
+ * for every broadcast (eight row pointers left gcc short of registers). */
+INLINE void wide_dots(const int K, const float *qt, const float *kb,
+                      int64_t d, __m512 *acc)
+{
+    for (int x = 0; x < K; x++)
+        acc[x] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < d; p++) {
+        const __m512 qv = _mm512_load_ps(qt + 16 * p);
+        for (int x = 0; x < K; x++)
+            acc[x] = _mm512_fmadd_ps(qv, _mm512_set1_ps(kb[x * WIDE_D + p]),
+                                     acc[x]);
+    }
+}
+
+/* The scores of keys j .. j + K - 1 (rows at `rows`, their scales sc
+ * when t is scaled) into s, rows i < m. */
+INLINE void wide_step(const int K, const float *qt, const char *const *rows,
+                      mk_dtype t, const float *sc, int64_t m, int64_t d,
+                      float *kb, float *s, ptrdiff_t lds)
+{
+    for (int x = 0; x < K; x++) /* kb has room past d */
+        for (int64_t c = 0; c < d; c += 16)
+            _mm512_store_ps(kb + x * WIDE_D + c,
+                            load16(rows[x], t, c, c + 16 <= d, lanes(d - c)));
+    __m512 acc[WIDE_KEYS];
+    wide_dots(K, qt, kb, d, acc);
+    _Alignas(64) float st[WIDE_KEYS][16];
+    for (int x = 0; x < K; x++) {
+        __m512 a = acc[x];
+        if (mk_dtype_scaled(t)) /* scaled_score's two products */
+            a = _mm512_mul_ps(_mm512_mul_ps(a, _mm512_set1_ps(code_factor(t))),
+                              _mm512_set1_ps(sc[x]));
+        _mm512_store_ps(st[x], a);
+    }
+    for (int64_t i = 0; i < m; i++)
+        for (int x = 0; x < K; x++)
+            s[i * lds + x] = st[x][i];
+}
+
+/* decode_qk for MK_DECODE_ROWS < m <= MK_DECODE_WIDE_ROWS rows of one kv
+ * head, d <= WIDE_D. */
+INLINE void qk_wide(const float *q, ptrdiff_t ldq, int64_t m, const void *k,
+                    mk_dtype t, ptrdiff_t ldk, const void *const *k_rows,
+                    const float *ks, ptrdiff_t ks_ld, int64_t n, int64_t d,
+                    float *s, ptrdiff_t lds)
+{
+    const size_t es = mk_dtype_size(t), row_bytes = (size_t)d * es;
+    _Alignas(64) float qt[WIDE_D * 16];
+    _Alignas(64) float kb[WIDE_KEYS * WIDE_D];
+    for (int64_t p = 0; p < d; p++)
+        for (int64_t i = 0; i < 16; i++)
+            qt[16 * p + i] = i < m ? q[i * ldq + p] : 0.0f;
+    for (int64_t j = 0; j < n; j += WIDE_KEYS) {
+        const int64_t nk = n - j < WIDE_KEYS ? n - j : WIDE_KEYS;
+        const char *rows[WIDE_KEYS];
+        float sc[WIDE_KEYS];
+        wide_rows(k, ldk, k_rows, es, j, nk, n, row_bytes, rows);
+        for (int64_t x = 0; x < nk; x++)
+            sc[x] = mk_dtype_scaled(t) ? ks[(j + x) * ks_ld] : 1.0f;
+        if (nk == WIDE_KEYS)
+            wide_step(WIDE_KEYS, qt, rows, t, sc, m, d, kb, s + j, lds);
+        else
+            wide_step((int)nk, qt, rows, t, sc, m, d, kb, s + j, lds);
+    }
+}
+
 INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                       const void *k, mk_dtype t, ptrdiff_t ldk,
                       const void *const *k_rows, const float *ks,
@@ -692,8 +806,24 @@ void MK_AVX512_DECODE_NAME(decode_qk)(const float *q, ptrdiff_t ldq, int64_t m,
     assert(m >= 0 && n >= 0 && d >= 0);
     assert(heads ? heads->group > 0 &&
                        heads->group <= MK_DECODE_ROWS
-                 : m <= MK_DECODE_ROWS);
+                 : m <= MK_DECODE_WIDE_ROWS);
     assert(!mk_dtype_scaled(kt) == !ks && ks_ld >= 0);
+    if (!heads && m > MK_DECODE_ROWS) { /* every dtype, fp32 too */
+        if (d > WIDE_D) { /* each half of the rows as 8 or fewer */
+            MK_AVX512_DECODE_NAME(decode_qk)(q, ldq, MK_DECODE_ROWS, k, kt,
+                                             ldk, k_rows, ks, ks_ld, n, d, s,
+                                             lds, NULL);
+            MK_AVX512_DECODE_NAME(decode_qk)(
+                q + MK_DECODE_ROWS * ldq, ldq, m - MK_DECODE_ROWS, k, kt, ldk,
+                k_rows, ks, ks_ld, n, d, s + MK_DECODE_ROWS * lds, lds, NULL);
+            return;
+        }
+#define QK_WIDE(T)                                                        \
+    qk_wide(q, ldq, m, k, T, ldk, k_rows, ks, ks_ld, n, d, s, lds)
+        MK_FOR_DTYPE(kt, QK_WIDE);
+#undef QK_WIDE
+        return;
+    }
     /* fp32 is avx2's (see the file comment). */
 #define DECODE_QK(T)                                                      \
     decode_qk(q, ldq, m, k, T, ldk, k_rows, ks, ks_ld, n, d, s, lds, heads)
@@ -758,6 +888,80 @@ INLINE void pv_step(const int64_t nj, int64_t m, const char *const *rows,
     }
 }
 
+/* decode_pv's sum for MK_DECODE_ROWS < m <= MK_DECODE_WIDE_ROWS rows of
+ * one kv head (alpha applied): a 16-column chunk of every row in
+ * registers, each key's chunk loaded once for all of them, the K keys'
+ * probabilities key-major in pk (zeros past row m). An element takes the
+ * operations it takes with fewer rows: one FMA per key in key order. */
+INLINE void pv_wide_step(const int K, int64_t m, const char *const *rows,
+                         mk_dtype t, const float *pk, int64_t dv, float *o,
+                         ptrdiff_t ldo)
+{
+    for (int64_t c = 0; c < dv; c += 16) {
+        const int whole = c + 16 <= dv;
+        const __mmask16 msk = lanes(dv - c);
+        /* Broadcast from pk at each chunk: hoisted out of the chunks' loop,
+         * gcc kept K x 16 broadcast vectors on the stack instead. */
+        const float *pc = pk;
+        __asm__("" : "+r"(pc));
+        __m512 acc[16];
+        for (int i = 0; i < 16; i++)
+            acc[i] = i >= m    ? _mm512_setzero_ps()
+                     : whole ? _mm512_loadu_ps(o + i * ldo + c)
+                             : _mm512_maskz_loadu_ps(msk, o + i * ldo + c);
+        for (int k = 0; k < K; k++) {
+            const __m512 xv = load16(rows[k], t, c, whole, msk);
+            for (int i = 0; i < 16; i++)
+                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(pc[i * WIDE_KEYS + k]),
+                                         xv, acc[i]);
+        }
+        for (int i = 0; i < 16 && i < m; i++) {
+            if (whole)
+                _mm512_storeu_ps(o + i * ldo + c, acc[i]);
+            else
+                _mm512_mask_storeu_ps(o + i * ldo + c, msk, acc[i]);
+        }
+    }
+}
+
+INLINE void pv_wide(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+                    const void *v, mk_dtype t, ptrdiff_t ldv,
+                    const void *const *v_rows, const float *vs,
+                    ptrdiff_t vs_ld, int64_t dv, float *o, ptrdiff_t ldo)
+{
+    const size_t es = mk_dtype_size(t), row_bytes = (size_t)dv * es;
+    for (int64_t j0 = 0; j0 < n; j0 += WIDE_KEYS) {
+        const int64_t nj = n - j0 < WIDE_KEYS ? n - j0 : WIDE_KEYS;
+        const char *rows[WIDE_KEYS];
+        wide_rows(v, ldv, v_rows, es, j0, nj, n, row_bytes, rows);
+        /* The keys' probabilities by row (zeros past row m and key nj); a
+         * scaled row's takes its scale (and the code factor), as
+         * decode_pv's. */
+        _Alignas(64) float pk[16 * WIDE_KEYS];
+        const __mmask8 kk = (__mmask8)((1u << nj) - 1u);
+        __m256 f = _mm256_set1_ps(1.0f);
+        if (mk_dtype_scaled(t)) {
+            _Alignas(32) float sv[WIDE_KEYS] = {0};
+            for (int64_t jj = 0; jj < nj; jj++)
+                sv[jj] = vs[(j0 + jj) * vs_ld];
+            f = _mm256_load_ps(sv);
+        }
+        for (int64_t i = 0; i < 16; i++) {
+            __m256 x = _mm256_setzero_ps();
+            if (i < m)
+                x = _mm256_maskz_loadu_ps(kk, p + i * ldp + j0);
+            if (mk_dtype_scaled(t))
+                x = _mm256_mul_ps(_mm256_mul_ps(x, f),
+                                  _mm256_set1_ps(code_factor(t)));
+            _mm256_store_ps(pk + i * WIDE_KEYS, x);
+        }
+        if (nj == WIDE_KEYS)
+            pv_wide_step(WIDE_KEYS, m, rows, t, pk, dv, o, ldo);
+        else
+            pv_wide_step((int)nj, m, rows, t, pk, dv, o, ldo);
+    }
+}
+
 INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                       const void *v, mk_dtype t, ptrdiff_t ldv,
                       const void *const *v_rows, const float *vs,
@@ -780,6 +984,10 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     if (h) {
         decode_pv_across(p, ldp, m, n, v, t, ldv, v_rows, vs, vs_ld, dv, o, ldo,
                          h);
+        return;
+    }
+    if (m > MK_DECODE_ROWS) {
+        pv_wide(p, ldp, m, n, v, t, ldv, v_rows, vs, vs_ld, dv, o, ldo);
         return;
     }
     const int64_t ahead = mk_ahead_rows(row_bytes);
@@ -820,12 +1028,16 @@ void MK_AVX512_DECODE_NAME(decode_pv)(const float *p, ptrdiff_t ldp, int64_t m, 
     assert(m >= 0 && n >= 0 && dv >= 0);
     assert(heads ? heads->group > 0 &&
                        heads->group <= MK_DECODE_ROWS
-                 : m <= MK_DECODE_ROWS);
+                 : m <= MK_DECODE_WIDE_ROWS);
     assert(!mk_dtype_scaled(vt) == !vs && vs_ld >= 0);
     /* As for decode_qk. */
 #define DECODE_PV(T)                                                      \
     decode_pv(p, ldp, m, n, v, T, ldv, v_rows, vs, vs_ld, dv, alpha, o, ldo, \
               heads)
+    if (!heads && m > MK_DECODE_ROWS && vt == MK_F32) { /* every dtype */
+        DECODE_PV(MK_F32);
+        return;
+    }
     switch (vt) {
     case MK_I8: DECODE_PV(MK_I8); break;
     case MK_FP8_E4M3: DECODE_PV(MK_FP8_E4M3); break;
