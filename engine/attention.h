@@ -54,7 +54,8 @@ typedef struct {
                            * lq = 2..MK_DECODE_ROWS queries: its rows
                            * interleave them, row_blocks blocks of up to
                            * ilv; else 1) */
-    int decode;           /* rows <= MK_DECODE_ROWS: K and V in place */
+    int decode;           /* rows <= MK_DECODE_ROWS, or a wide block
+                           * (plan.c, pages_apart): K and V in place */
     int cache;            /* a thread keeps a whole head's packed keys */
 } mha_seq;
 

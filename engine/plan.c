@@ -68,7 +68,11 @@ static int64_t kv_span(const mk_table *t, const mha_problem *p, int64_t rows,
 }
 
 /* The queries one block of a speculative decode step (2 to MK_DECODE_ROWS
- * queries) takes together, 0 for blocks of one head's queries. One head
+ * queries) takes together, 0 for blocks of one head's queries. All of
+ * them when a kv head's rows fit one wide decode block (the table's
+ * decode_rows, more than MK_DECODE_ROWS): group 4 at Lq 4 and group 8 at
+ * Lq 2 read 1.0-1.3x as one wide block against two 8-row ones (Zen 4,
+ * docs/benchmarks.md). Otherwise, one head
  * at a time, every query head's block read its kv head's keys again, and
  * [B, L, H, D] read at 0.49-0.55x the rate of [B, H, L, D]. Decode blocks
  * take as many queries as MK_DECODE_ROWS rows a kv head hold (its group's
@@ -111,6 +115,19 @@ static void seq_lengths(const mha_problem *p, int64_t b, int64_t *lq,
                            : p->lk;
 }
 
+/* Whether consecutive K rows lie a page or more apart (a [B, L, H, D]
+ * cache), where the hardware prefetchers stop. A wide decode block (more
+ * than MK_DECODE_ROWS rows a kv head, the table's decode_rows at most)
+ * streams such rows; the prefill stream packs them. One query's group of
+ * 16 from [B, L, H, D] read 1.12x (1.05x from L3) as a wide block, but
+ * from [B, H, L, D] 1.02x, and 0.88x from L3, where the packed tile runs
+ * nearer the FMA peak (Zen 4, docs/benchmarks.md); a step's queries
+ * (which otherwise take two 8-row blocks) read 1.0-1.3x either way. */
+static int pages_apart(const mha_problem *p)
+{
+    return p->k_ss * (int64_t)mha_dtype_size(p->k_dtype) >= PAGE_BYTES;
+}
+
 /* How a sequence of lq queries is cut into blocks of rows: query rows of
  * a head, or (grouped) the query heads of a kv group at one query, or
  * across kv heads their query heads at each query (kv_span, ilv). */
@@ -131,7 +148,8 @@ static void seq_cut(const mk_table *t, const mha_problem *p, int64_t group,
      * the split partials stay small. */
     s->rows = per < t->block_q ? per : t->block_q;
     s->decode = s->kv_span > 1 || s->rows <= MK_DECODE_ROWS ||
-                (s->grouped && s->rows <= t->decode_rows);
+                (s->grouped && s->rows <= t->decode_rows &&
+                 (lq > 1 || pages_apart(p)));
     /* A step's blocks: one per ilv queries (each within block_q rows). */
     s->row_blocks = qs > 0    ? (lq + qs - 1) / qs
                     : per > 0 ? (per + s->rows - 1) / s->rows

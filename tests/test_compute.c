@@ -59,6 +59,9 @@ static const compute_case CASES[] = {
      MHA_CAUSAL_BOTTOM_RIGHT, MHA_BF16, 2, 0},
     {"speculative step, group 8, f16 kv", 1, 16, 2, 4, 300, 64, 64,
      MHA_CAUSAL_BOTTOM_RIGHT, MHA_F16, 1, 0},
+    /* 16 rows a kv head: a wide decode block where a table has one. */
+    {"speculative step, group 4, wide", 1, 8, 2, 4, 300, 64, 64,
+     MHA_CAUSAL_BOTTOM_RIGHT, MHA_BF16, 2, 0},
     {"varlen packed", 3, 4, 2, 5, 12, 64, 64, MHA_CAUSAL_BOTTOM_RIGHT, MHA_F32,
      2, 1},
     /* bf16 K/V: the native bf16 path where a table has it. Row blocks

@@ -1,5 +1,6 @@
-/* The AVX-512 decode kernels for 8- and 16-bit caches: up to
- * MK_DECODE_ROWS query rows (or rows across kv heads) against key and
+/* The AVX-512 decode kernels for 8- and 16-bit caches (and wide calls of
+ * every dtype: 9 to MK_DECODE_WIDE_ROWS rows of one kv head, below): up
+ * to MK_DECODE_ROWS query rows (or rows across kv heads) against key and
  * value rows read in place, codes widened in registers 16 at a time (sign
  * extension and VCVTDQ2PS for int8, fp8 moved into binary16 bits for
  * VCVTPH2PS or, with VBMI, E4M3 through byte lookups, VCVTPH2PS and a
@@ -21,9 +22,10 @@
  * caller's row table or cache holds (kernels/decode_heads.h).
  *
  * Determinism: a score is two 16-lane chains over d (even and odd
- * 16-element chunks) reduced the same way for every row; an output element
- * is scaled by alpha, then takes one FMA per key in key order. Neither
- * depends on m, n or the element's place. */
+ * 16-element chunks) reduced the same way for every row (in a wide call:
+ * one chain over d in order); an output element is scaled by alpha, then
+ * takes one FMA per key in key order. Neither depends on m (among narrow
+ * calls, or among wide ones), n or the element's place. */
 #include <assert.h>
 #include <immintrin.h>
 
