@@ -122,7 +122,8 @@ static void seq_lengths(const mha_problem *p, int64_t b, int64_t *lq,
  * 16 from [B, L, H, D] read 1.12x (1.05x from L3) as a wide block, but
  * from [B, H, L, D] 1.02x, and 0.88x from L3, where the packed tile runs
  * nearer the FMA peak (Zen 4, docs/benchmarks.md); a step's queries
- * (which otherwise take two 8-row blocks) read 1.0-1.3x either way. */
+ * (which otherwise take two 8-row blocks) read 1.0-1.3x either way, and
+ * 12 or 16 queries of one head (otherwise a prefill block) 1.1-1.4x. */
 static int pages_apart(const mha_problem *p)
 {
     return p->k_ss * (int64_t)mha_dtype_size(p->k_dtype) >= PAGE_BYTES;
@@ -148,8 +149,7 @@ static void seq_cut(const mk_table *t, const mha_problem *p, int64_t group,
      * the split partials stay small. */
     s->rows = per < t->block_q ? per : t->block_q;
     s->decode = s->kv_span > 1 || s->rows <= MK_DECODE_ROWS ||
-                (s->grouped && s->rows <= t->decode_rows &&
-                 (lq > 1 || pages_apart(p)));
+                (s->rows <= t->decode_rows && (lq > 1 || pages_apart(p)));
     /* A step's blocks: one per ilv queries (each within block_q rows). */
     s->row_blocks = qs > 0    ? (lq + qs - 1) / qs
                     : per > 0 ? (per + s->rows - 1) / s->rows
