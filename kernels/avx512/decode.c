@@ -772,6 +772,20 @@ INLINE void qk_wide(const float *q, ptrdiff_t ldq, int64_t m, const void *k,
     }
 }
 
+/* The wide calls, out of line: inlined into decode_qk and decode_pv, they
+ * slowed the narrow paths of the same functions (one query row of an
+ * int8 or fp8 cache: 0.83-0.96x, docs/benchmarks.md). */
+static __attribute__((noinline)) void
+wide_qk(const float *q, ptrdiff_t ldq, int64_t m, const void *k, mk_dtype kt,
+        ptrdiff_t ldk, const void *const *k_rows, const float *ks,
+        ptrdiff_t ks_ld, int64_t n, int64_t d, float *s, ptrdiff_t lds)
+{
+#define QK_WIDE(T)                                                        \
+    qk_wide(q, ldq, m, k, T, ldk, k_rows, ks, ks_ld, n, d, s, lds)
+    MK_FOR_DTYPE(kt, QK_WIDE);
+#undef QK_WIDE
+}
+
 INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                       const void *k, mk_dtype t, ptrdiff_t ldk,
                       const void *const *k_rows, const float *ks,
@@ -820,10 +834,7 @@ void MK_AVX512_DECODE_NAME(decode_qk)(const float *q, ptrdiff_t ldq, int64_t m,
                 k_rows, ks, ks_ld, n, d, s + MK_DECODE_ROWS * lds, lds, NULL);
             return;
         }
-#define QK_WIDE(T)                                                        \
-    qk_wide(q, ldq, m, k, T, ldk, k_rows, ks, ks_ld, n, d, s, lds)
-        MK_FOR_DTYPE(kt, QK_WIDE);
-#undef QK_WIDE
+        wide_qk(q, ldq, m, k, kt, ldk, k_rows, ks, ks_ld, n, d, s, lds);
         return;
     }
     /* fp32 is avx2's (see the file comment). */
@@ -964,13 +975,10 @@ INLINE void pv_wide(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     }
 }
 
-INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
-                      const void *v, mk_dtype t, ptrdiff_t ldv,
-                      const void *const *v_rows, const float *vs,
-                      ptrdiff_t vs_ld, int64_t dv, const float *alpha,
-                      float *o, ptrdiff_t ldo, const mk_heads *h)
+/* o rows i < m *= alpha[i] (nothing when alpha is NULL). */
+INLINE void rescale_rows(const float *alpha, int64_t m, int64_t dv, float *o,
+                         ptrdiff_t ldo)
 {
-    const size_t es = mk_dtype_size(t), row_bytes = (size_t)dv * es;
     const int64_t full = dv / 16 * 16;
     const __mmask16 tail = lanes(dv - full);
     for (int64_t i = 0; alpha && i < m; i++) {
@@ -983,13 +991,33 @@ INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                 oi + full, tail,
                 _mm512_mul_ps(a, _mm512_maskz_loadu_ps(tail, oi + full)));
     }
+}
+
+/* The wide P.V, out of line as wide_qk. */
+static __attribute__((noinline)) void
+wide_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n, const void *v,
+        mk_dtype vt, ptrdiff_t ldv, const void *const *v_rows,
+        const float *vs, ptrdiff_t vs_ld, int64_t dv, const float *alpha,
+        float *o, ptrdiff_t ldo)
+{
+    rescale_rows(alpha, m, dv, o, ldo);
+#define PV_WIDE(T)                                                        \
+    pv_wide(p, ldp, m, n, v, T, ldv, v_rows, vs, vs_ld, dv, o, ldo)
+    MK_FOR_DTYPE(vt, PV_WIDE);
+#undef PV_WIDE
+}
+
+INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+                      const void *v, mk_dtype t, ptrdiff_t ldv,
+                      const void *const *v_rows, const float *vs,
+                      ptrdiff_t vs_ld, int64_t dv, const float *alpha,
+                      float *o, ptrdiff_t ldo, const mk_heads *h)
+{
+    const size_t es = mk_dtype_size(t), row_bytes = (size_t)dv * es;
+    rescale_rows(alpha, m, dv, o, ldo);
     if (h) {
         decode_pv_across(p, ldp, m, n, v, t, ldv, v_rows, vs, vs_ld, dv, o, ldo,
                          h);
-        return;
-    }
-    if (m > MK_DECODE_ROWS) {
-        pv_wide(p, ldp, m, n, v, t, ldv, v_rows, vs, vs_ld, dv, o, ldo);
         return;
     }
     const int64_t ahead = mk_ahead_rows(row_bytes);
@@ -1036,8 +1064,9 @@ void MK_AVX512_DECODE_NAME(decode_pv)(const float *p, ptrdiff_t ldp, int64_t m, 
 #define DECODE_PV(T)                                                      \
     decode_pv(p, ldp, m, n, v, T, ldv, v_rows, vs, vs_ld, dv, alpha, o, ldo, \
               heads)
-    if (!heads && m > MK_DECODE_ROWS && vt == MK_F32) { /* every dtype */
-        DECODE_PV(MK_F32);
+    if (!heads && m > MK_DECODE_ROWS) { /* every dtype */
+        wide_pv(p, ldp, m, n, v, vt, ldv, v_rows, vs, vs_ld, dv, alpha, o,
+                ldo);
         return;
     }
     switch (vt) {
