@@ -67,6 +67,20 @@ static int64_t kv_span(const mk_table *t, const mha_problem *p, int64_t rows,
     return span >= 2 ? span : 1;
 }
 
+/* Whether consecutive K rows lie a page or more apart (a [B, L, H, D]
+ * cache), where the hardware prefetchers stop. A wide decode block (more
+ * than MK_DECODE_ROWS rows a kv head, the table's decode_rows at most)
+ * streams such rows; the prefill stream packs them. One query's group of
+ * 16 from [B, L, H, D] read 1.12x (1.05x from L3) as a wide block, but
+ * from [B, H, L, D] 1.02x, and 0.88x from L3, where the packed tile runs
+ * nearer the FMA peak (Zen 4, docs/benchmarks.md); a step's queries
+ * (which otherwise take two 8-row blocks) read 1.0-1.3x either way, and
+ * 12 or 16 queries of one head (otherwise a prefill block) 1.1-1.4x. */
+static int pages_apart(const mha_problem *p)
+{
+    return p->k_ss * (int64_t)mha_dtype_size(p->k_dtype) >= PAGE_BYTES;
+}
+
 /* The queries one block of a speculative decode step (2 to MK_DECODE_ROWS
  * queries) takes together, 0 for blocks of one head's queries. All of
  * them when a kv head's rows fit one wide decode block (the table's
@@ -91,6 +105,17 @@ static int64_t step_queries(const mk_table *t, const mha_problem *p,
     int64_t rows = group * lq;
     if (rows > MK_DECODE_ROWS && rows <= t->decode_rows)
         return lq; /* one wide decode block a kv head reads them once */
+    if (t->decode_rows > MK_DECODE_ROWS && rows > t->decode_rows &&
+        rows <= 2 * t->decode_rows && group <= t->decode_rows &&
+        pages_apart(p)) {
+        /* Two wide blocks, not one prefill block, over rows a page apart:
+         * 32 rows a kv head 1.26x, 24 rows 1.0-1.1x; over [B, H, L, D]
+         * 0.85-1.0x, so the prefill block stays there (Zen 4,
+         * docs/benchmarks.md). */
+        int64_t most = t->decode_rows / group;
+        int64_t blocks = (lq + most - 1) / most;
+        return (lq + blocks - 1) / blocks;
+    }
     int64_t reads = (rows + MK_DECODE_ROWS - 1) / MK_DECODE_ROWS;
     int64_t from = STEP_PREFILL_READS +
                    (group <= MK_DECODE_ROWS && kv_span(t, p, group, 1) > 1);
@@ -113,20 +138,6 @@ static void seq_lengths(const mha_problem *p, int64_t b, int64_t *lq,
     *lk = p->cu_k          ? p->cu_k[b + 1] - p->cu_k[b]
           : p->seqlens_k   ? p->seqlens_k[b]
                            : p->lk;
-}
-
-/* Whether consecutive K rows lie a page or more apart (a [B, L, H, D]
- * cache), where the hardware prefetchers stop. A wide decode block (more
- * than MK_DECODE_ROWS rows a kv head, the table's decode_rows at most)
- * streams such rows; the prefill stream packs them. One query's group of
- * 16 from [B, L, H, D] read 1.12x (1.05x from L3) as a wide block, but
- * from [B, H, L, D] 1.02x, and 0.88x from L3, where the packed tile runs
- * nearer the FMA peak (Zen 4, docs/benchmarks.md); a step's queries
- * (which otherwise take two 8-row blocks) read 1.0-1.3x either way, and
- * 12 or 16 queries of one head (otherwise a prefill block) 1.1-1.4x. */
-static int pages_apart(const mha_problem *p)
-{
-    return p->k_ss * (int64_t)mha_dtype_size(p->k_dtype) >= PAGE_BYTES;
 }
 
 /* How a sequence of lq queries is cut into blocks of rows: query rows of

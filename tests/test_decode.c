@@ -159,9 +159,11 @@ static const decode_case cases[] = {
     {2, 4, 2, 1031, 64, MHA_CAUSAL_BOTTOM_RIGHT, 1, 3, 1},
     {1, 2, 1, 517, 128, MHA_CAUSAL_BOTTOM_RIGHT, 0, 8, 1},
     {1, 2, 2, 40, 17, MHA_CAUSAL_BOTTOM_RIGHT, 0, 8, 1}, /* Lk near Lq */
-    /* Blocks of 16 and 12 rows (the prefill stream) over value rows 4 KiB
-     * apart: fp32 values gathered with the fetch ahead rather than read
-     * in place (mha_gathers_values), over 1100 keys (split). */
+    /* Blocks of 16 and 12 rows over value rows 4 KiB apart, over 1100
+     * keys (split): wide decode blocks where the table has them (group 16
+     * over fp32 rows a page apart, a head's 12 queries), else the prefill
+     * stream, fp32 values gathered with the fetch ahead rather than read
+     * in place (mha_gathers_values). */
     {1, 128, 8, 1100, 128, MHA_CAUSAL_BOTTOM_RIGHT, 0, 1, 0}, /* group 16 */
     {2, 8, 8, 600, 128, MHA_CAUSAL_BOTTOM_RIGHT, 1, 12, 1},
     /* Speculative decode steps (Lq 2-7, no keep-mask): on the tables
@@ -176,14 +178,19 @@ static const decode_case cases[] = {
     {2, 8, 2, 600, 64, MHA_CAUSAL_TOP_LEFT, 1, 2, 0},
     {1, 6, 6, 300, 80, MHA_CAUSAL_NONE, 0, 3, 0},
     {1, 28, 28, 90, 64, MHA_CAUSAL_BOTTOM_RIGHT, 0, 7, 0},
-    /* More rows a kv head than MK_DECODE_ROWS: the step in blocks of
-     * fewer queries (row blocks taken key chunk by key chunk): group 4 at
-     * Lq 4 (two of 2 queries), group 8 at Lq 3 (three of one query, the
+    /* More rows a kv head than MK_DECODE_ROWS: one wide decode block a kv
+     * head where the table has them, else the step in blocks of fewer
+     * queries (row blocks taken key chunk by key chunk): group 4 at Lq 4
+     * (two of 2 queries), group 8 at Lq 3 (three of one query, the
      * grouped rows at queries 1 and 2), group 3 at Lq 3 (2 queries, then
-     * 1). */
+     * 1). Then two wide blocks a kv head over fp32 rows a page apart:
+     * group 8 at Lq 3 (2 queries, then 1), group 4 at Lq 8 with a
+     * keep-mask (4 and 4). */
     {2, 16, 4, 900, 64, MHA_CAUSAL_BOTTOM_RIGHT, 1, 4, 0},
     {1, 16, 2, 700, 64, MHA_CAUSAL_BOTTOM_RIGHT, 0, 3, 0},
     {1, 12, 4, 500, 32, MHA_CAUSAL_TOP_LEFT, 1, 3, 0},
+    {1, 64, 8, 700, 128, MHA_CAUSAL_BOTTOM_RIGHT, 0, 3, 0},
+    {1, 32, 8, 500, 128, MHA_CAUSAL_TOP_LEFT, 1, 8, 1},
     /* Four or more decode blocks' worth (32 rows a kv head and up): one
      * prefill block of the step's interleaved rows a kv head (group 8 at
      * Lq 4 and 8, the latter with a keep-mask at query and head strides). */
