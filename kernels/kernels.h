@@ -212,7 +212,7 @@ static inline float mk_row_next_max(const float *row, int64_t n, float bmax,
  * (mk_table.decode_rows): where more than MK_DECODE_ROWS rows read the
  * same keys (a grouped-query group of 16, or a speculative step's queries
  * of a group), a kernel with room for them computes their scores with
- * the rows across its lanes (docs/design.md, "Decode kernels"). */
+ * the rows across its lanes (docs/design.md, "Kernel contract"). */
 #define MK_DECODE_WIDE_ROWS 16
 
 /* ---- The kernel types, declared once ----------------------------------- */

@@ -668,7 +668,7 @@ qk_rows_blocks(const float *q, ptrdiff_t ldq, int64_t m, const void *k,
  * multiplies qt[p] for all rows in one FMA, no reduction. A score is
  * then one chain over p = 0 .. d - 1 in order, the same whatever m (in
  * 9 .. MK_DECODE_WIDE_ROWS), n or the key's place (docs/design.md,
- * "Decode kernels"). */
+ * "Kernel contract", wide decode calls). */
 
 /* The depth the transposed queries and a block's widened key rows are
  * kept for on the stack (24 KiB); deeper rows take the 8-row path for
