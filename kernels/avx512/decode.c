@@ -705,7 +705,7 @@ INLINE void wide_rows(const void *base, ptrdiff_t ld, const void *const *tab,
 
 /* acc[x] = the K keys' scores for every row (lanes = rows), key x's
  * row widened at kb + x * WIDE_D: one base register and constant offsets
- * for every broadcast (eight row pointers left gcc short of registers). */
+ * for every broadcast. */
 INLINE void wide_dots(const int K, const float *qt, const float *kb,
                       int64_t d, __m512 *acc)
 {
@@ -720,26 +720,106 @@ INLINE void wide_dots(const int K, const float *qt, const float *kb,
     }
 }
 
+/* wide_dots for a full step of fp32 keys, broadcast from the rows
+ * themselves: nothing to widen, and the copy into kb (eight 64-byte
+ * stores a key) cost 16% of the step (avx512bf16, Zen 4, in L2: 176 to
+ * 156 cycles a key; docs/benchmarks.md). The same FMAs in the same order
+ * as through kb. */
+INLINE void wide_dots_f32(const float *qt, const char *const *rows,
+                          int64_t d, __m512 *acc)
+{
+    const float *r0 = (const float *)rows[0], *r1 = (const float *)rows[1],
+                *r2 = (const float *)rows[2], *r3 = (const float *)rows[3],
+                *r4 = (const float *)rows[4], *r5 = (const float *)rows[5],
+                *r6 = (const float *)rows[6], *r7 = (const float *)rows[7];
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0,
+           a5 = a0, a6 = a0, a7 = a0;
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < d; p++) {
+        const __m512 qv = _mm512_load_ps(qt + 16 * p);
+        a0 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r0[p]), a0);
+        a1 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r1[p]), a1);
+        a2 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r2[p]), a2);
+        a3 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r3[p]), a3);
+        a4 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r4[p]), a4);
+        a5 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r5[p]), a5);
+        a6 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r6[p]), a6);
+        a7 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r7[p]), a7);
+    }
+    acc[0] = a0; acc[1] = a1; acc[2] = a2; acc[3] = a3;
+    acc[4] = a4; acc[5] = a5; acc[6] = a6; acc[7] = a7;
+}
+
+/* A full step's scores, a[x] key x's for every row (lanes = rows), into
+ * rows i < m of s (eight keys a row) through a transpose in registers:
+ * the 128 scalar moves it replaces took a fifth of the step (a 16-row
+ * call ran at 188 cycles a key against the FMAs' 128, docs/benchmarks.md). */
+INLINE void wide_scores8(const __m512 *a, int64_t m, float *s, ptrdiff_t lds)
+{
+    /* Within each 128-bit block b (rows 4b .. 4b + 3): pairs of keys,
+     * then u[r] = keys 0-3 and w[r] = keys 4-7 of row 4b + r. */
+    __m512 t[8], u[4], w[4];
+    for (int x = 0; x < 8; x += 2) {
+        t[x] = _mm512_unpacklo_ps(a[x], a[x + 1]);
+        t[x + 1] = _mm512_unpackhi_ps(a[x], a[x + 1]);
+    }
+    u[0] = _mm512_shuffle_ps(t[0], t[2], 0x44);
+    u[1] = _mm512_shuffle_ps(t[0], t[2], 0xEE);
+    u[2] = _mm512_shuffle_ps(t[1], t[3], 0x44);
+    u[3] = _mm512_shuffle_ps(t[1], t[3], 0xEE);
+    w[0] = _mm512_shuffle_ps(t[4], t[6], 0x44);
+    w[1] = _mm512_shuffle_ps(t[4], t[6], 0xEE);
+    w[2] = _mm512_shuffle_ps(t[5], t[7], 0x44);
+    w[3] = _mm512_shuffle_ps(t[5], t[7], 0xEE);
+    /* Blocks 0 and 1 (lo), 2 and 3 (hi) of u[r] and w[r] side by side:
+     * rows r, 4 + r (lo) and 8 + r, 12 + r (hi), one 256-bit half each. */
+    const __m512i lo_idx = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4,
+                                             5, 6, 7, 20, 21, 22, 23);
+    const __m512i hi_idx = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27,
+                                             12, 13, 14, 15, 28, 29, 30, 31);
+    for (int r = 0; r < 4; r++) {
+        const __m512 lo = _mm512_permutex2var_ps(u[r], lo_idx, w[r]);
+        const __m512 hi = _mm512_permutex2var_ps(u[r], hi_idx, w[r]);
+        const __m256 half[4] = {
+            _mm512_castps512_ps256(lo),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(lo), 1)),
+            _mm512_castps512_ps256(hi),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(hi), 1))};
+        for (int b = 0; b < 4; b++)
+            if (4 * b + r < m)
+                _mm256_storeu_ps(s + (4 * b + r) * lds, half[b]);
+    }
+}
+
 /* The scores of keys j .. j + K - 1 (rows at `rows`, their scales sc
  * when t is scaled) into s, rows i < m. */
 INLINE void wide_step(const int K, const float *qt, const char *const *rows,
                       mk_dtype t, const float *sc, int64_t m, int64_t d,
                       float *kb, float *s, ptrdiff_t lds)
 {
-    for (int x = 0; x < K; x++) /* kb has room past d */
-        for (int64_t c = 0; c < d; c += 16)
-            _mm512_store_ps(kb + x * WIDE_D + c,
-                            load16(rows[x], t, c, c + 16 <= d, lanes(d - c)));
     __m512 acc[WIDE_KEYS];
-    wide_dots(K, qt, kb, d, acc);
-    _Alignas(64) float st[WIDE_KEYS][16];
-    for (int x = 0; x < K; x++) {
-        __m512 a = acc[x];
-        if (mk_dtype_scaled(t)) /* scaled_score's two products */
-            a = _mm512_mul_ps(_mm512_mul_ps(a, _mm512_set1_ps(code_factor(t))),
-                              _mm512_set1_ps(sc[x]));
-        _mm512_store_ps(st[x], a);
+    if (t == MK_F32 && K == WIDE_KEYS) {
+        wide_dots_f32(qt, rows, d, acc);
+    } else {
+        for (int x = 0; x < K; x++) /* kb has room past d */
+            for (int64_t c = 0; c < d; c += 16)
+                _mm512_store_ps(kb + x * WIDE_D + c,
+                                load16(rows[x], t, c, c + 16 <= d,
+                                       lanes(d - c)));
+        wide_dots(K, qt, kb, d, acc);
     }
+    for (int x = 0; x < K; x++)
+        if (mk_dtype_scaled(t)) /* scaled_score's two products */
+            acc[x] = _mm512_mul_ps(
+                _mm512_mul_ps(acc[x], _mm512_set1_ps(code_factor(t))),
+                _mm512_set1_ps(sc[x]));
+    if (K == WIDE_KEYS) {
+        wide_scores8(acc, m, s, lds);
+        return;
+    }
+    _Alignas(64) float st[WIDE_KEYS][16];
+    for (int x = 0; x < K; x++)
+        _mm512_store_ps(st[x], acc[x]);
     for (int64_t i = 0; i < m; i++)
         for (int x = 0; x < K; x++)
             s[i * lds + x] = st[x][i];
@@ -901,20 +981,36 @@ INLINE void pv_step(const int64_t nj, int64_t m, const char *const *rows,
     }
 }
 
+/* Keys of one pass of the wide P.V: a 16-column chunk of every row stays
+ * in registers across all of them, so the rows' outputs are loaded and
+ * stored once per WIDE_SEG keys. Once per step of WIDE_KEYS, that was
+ * 177 cycles a key in L2 against the FMAs' 128; 64 keys take 142 (32:
+ * 147, 128: 143; avx512bf16, Zen 4, docs/benchmarks.md). */
+enum { WIDE_SEG = 64 };
+
 /* decode_pv's sum for MK_DECODE_ROWS < m <= MK_DECODE_WIDE_ROWS rows of
- * one kv head (alpha applied): a 16-column chunk of every row in
- * registers, each key's chunk loaded once for all of them, the K keys'
- * probabilities key-major in pk (zeros past row m). An element takes the
- * operations it takes with fewer rows: one FMA per key in key order. */
-INLINE void pv_wide_step(const int K, int64_t m, const char *const *rows,
-                         mk_dtype t, const float *pk, int64_t dv, float *o,
-                         ptrdiff_t ldo)
+ * one kv head (alpha applied), keys j0 .. j0 + nk - 1 (nk <= WIDE_SEG):
+ * chunk by chunk of 16 columns, every row's chunk in registers, each
+ * key's chunk loaded once for all of them, the probabilities row-major in
+ * pk (a row every WIDE_SEG floats; zeros past row m). Each chunk's pass
+ * fetches its own bytes of the row wide_ahead keys on, so the fetches
+ * spread over all passes: fetched whole in the first pass, they came as a
+ * burst the core's outstanding misses could not take, and from DRAM the
+ * step read 0.94x the per-step kernel; spread, 1.22x (docs/benchmarks.md).
+ * An element takes the operations it takes with fewer rows: one FMA per
+ * key in key order. */
+INLINE void pv_wide_seg(int64_t m, const void *v, ptrdiff_t ldv,
+                        const void *const *tab, mk_dtype t, int64_t j0,
+                        int64_t nk, int64_t n, const float *pk, int64_t dv,
+                        float *o, ptrdiff_t ldo)
 {
+    const size_t es = mk_dtype_size(t), row_bytes = (size_t)dv * es;
+    const int64_t ahead = wide_ahead(row_bytes);
     for (int64_t c = 0; c < dv; c += 16) {
         const int whole = c + 16 <= dv;
         const __mmask16 msk = lanes(dv - c);
-        /* Broadcast from pk at each chunk: hoisted out of the chunks' loop,
-         * gcc kept K x 16 broadcast vectors on the stack instead. */
+        /* Broadcast from pk at each key: hoisted, gcc kept the
+         * broadcast vectors on the stack instead. */
         const float *pc = pk;
         __asm__("" : "+r"(pc));
         __m512 acc[16];
@@ -922,10 +1018,14 @@ INLINE void pv_wide_step(const int K, int64_t m, const char *const *rows,
             acc[i] = i >= m    ? _mm512_setzero_ps()
                      : whole ? _mm512_loadu_ps(o + i * ldo + c)
                              : _mm512_maskz_loadu_ps(msk, o + i * ldo + c);
-        for (int k = 0; k < K; k++) {
-            const __m512 xv = load16(rows[k], t, c, whole, msk);
+        for (int64_t k = 0; k < nk; k++) {
+            const char *row = mk_decode_row(v, ldv, tab, es, j0 + k);
+            if (j0 + k + ahead < n)
+                mk_fetch_step(mk_decode_row(v, ldv, tab, es, j0 + k + ahead),
+                              (size_t)c * es, 16 * es);
+            const __m512 xv = load16(row, t, c, whole, msk);
             for (int i = 0; i < 16; i++)
-                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(pc[i * WIDE_KEYS + k]),
+                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(pc[i * WIDE_SEG + k]),
                                          xv, acc[i]);
         }
         for (int i = 0; i < 16 && i < m; i++) {
@@ -942,36 +1042,32 @@ INLINE void pv_wide(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                     const void *const *v_rows, const float *vs,
                     ptrdiff_t vs_ld, int64_t dv, float *o, ptrdiff_t ldo)
 {
-    const size_t es = mk_dtype_size(t), row_bytes = (size_t)dv * es;
-    for (int64_t j0 = 0; j0 < n; j0 += WIDE_KEYS) {
-        const int64_t nj = n - j0 < WIDE_KEYS ? n - j0 : WIDE_KEYS;
-        const char *rows[WIDE_KEYS];
-        wide_rows(v, ldv, v_rows, es, j0, nj, n, row_bytes, rows);
-        /* The keys' probabilities by row (zeros past row m and key nj); a
+    for (int64_t j0 = 0; j0 < n; j0 += WIDE_SEG) {
+        const int64_t nk = n - j0 < WIDE_SEG ? n - j0 : WIDE_SEG;
+        /* The keys' probabilities by row (zeros past row m and key nk); a
          * scaled row's takes its scale (and the code factor), as
          * decode_pv's. */
-        _Alignas(64) float pk[16 * WIDE_KEYS];
-        const __mmask8 kk = (__mmask8)((1u << nj) - 1u);
-        __m256 f = _mm256_set1_ps(1.0f);
-        if (mk_dtype_scaled(t)) {
-            _Alignas(32) float sv[WIDE_KEYS] = {0};
-            for (int64_t jj = 0; jj < nj; jj++)
-                sv[jj] = vs[(j0 + jj) * vs_ld];
-            f = _mm256_load_ps(sv);
+        _Alignas(64) float pk[16 * WIDE_SEG];
+        for (int64_t k0 = 0; k0 < WIDE_SEG; k0 += 16) {
+            const __mmask16 kk = lanes(nk - k0);
+            __m512 f = _mm512_set1_ps(1.0f);
+            if (mk_dtype_scaled(t)) {
+                _Alignas(64) float sv[16] = {0};
+                for (int64_t jj = k0; jj < nk && jj < k0 + 16; jj++)
+                    sv[jj - k0] = vs[(j0 + jj) * vs_ld];
+                f = _mm512_load_ps(sv);
+            }
+            for (int64_t i = 0; i < 16; i++) {
+                __m512 x = _mm512_setzero_ps();
+                if (i < m && k0 < nk)
+                    x = _mm512_maskz_loadu_ps(kk, p + i * ldp + j0 + k0);
+                if (mk_dtype_scaled(t))
+                    x = _mm512_mul_ps(_mm512_mul_ps(x, f),
+                                      _mm512_set1_ps(code_factor(t)));
+                _mm512_store_ps(pk + i * WIDE_SEG + k0, x);
+            }
         }
-        for (int64_t i = 0; i < 16; i++) {
-            __m256 x = _mm256_setzero_ps();
-            if (i < m)
-                x = _mm256_maskz_loadu_ps(kk, p + i * ldp + j0);
-            if (mk_dtype_scaled(t))
-                x = _mm256_mul_ps(_mm256_mul_ps(x, f),
-                                  _mm256_set1_ps(code_factor(t)));
-            _mm256_store_ps(pk + i * WIDE_KEYS, x);
-        }
-        if (nj == WIDE_KEYS)
-            pv_wide_step(WIDE_KEYS, m, rows, t, pk, dv, o, ldo);
-        else
-            pv_wide_step((int)nj, m, rows, t, pk, dv, o, ldo);
+        pv_wide_seg(m, v, ldv, v_rows, t, j0, nk, n, pk, dv, o, ldo);
     }
 }
 
