@@ -67,20 +67,6 @@ static int64_t kv_span(const mk_table *t, const mha_problem *p, int64_t rows,
     return span >= 2 ? span : 1;
 }
 
-/* Whether consecutive K rows lie a page or more apart (a [B, L, H, D]
- * cache), where the hardware prefetchers stop. A wide decode block (more
- * than MK_DECODE_ROWS rows a kv head, the table's decode_rows at most)
- * streams such rows; the prefill stream packs them. One query's group of
- * 16 from [B, L, H, D] read 1.12x (1.05x from L3) as a wide block, but
- * from [B, H, L, D] 1.02x, and 0.88x from L3, where the packed tile runs
- * nearer the FMA peak (Zen 4, docs/benchmarks.md); a step's queries
- * (which otherwise take two 8-row blocks) read 1.0-1.3x either way, and
- * 12 or 16 queries of one head (otherwise a prefill block) 1.1-1.4x. */
-static int pages_apart(const mha_problem *p)
-{
-    return p->k_ss * (int64_t)mha_dtype_size(p->k_dtype) >= PAGE_BYTES;
-}
-
 /* The queries one block of a speculative decode step (2 to MK_DECODE_ROWS
  * queries) takes together, 0 for blocks of one head's queries. All of
  * them when a kv head's rows fit one wide decode block (the table's
@@ -106,12 +92,10 @@ static int64_t step_queries(const mk_table *t, const mha_problem *p,
     if (rows > MK_DECODE_ROWS && rows <= t->decode_rows)
         return lq; /* one wide decode block a kv head reads them once */
     if (t->decode_rows > MK_DECODE_ROWS && rows > t->decode_rows &&
-        rows <= 2 * t->decode_rows && group <= t->decode_rows &&
-        pages_apart(p)) {
-        /* Two wide blocks, not one prefill block, over rows a page apart:
-         * 32 rows a kv head 1.26x, 24 rows 1.0-1.1x; over [B, H, L, D]
-         * 0.85-1.0x, so the prefill block stays there (Zen 4,
-         * docs/benchmarks.md). */
+        rows <= 2 * t->decode_rows && group <= t->decode_rows) {
+        /* Two wide blocks, not one prefill block: 32 rows a kv head from
+         * [B, L, H, D] 1.26x, from [B, H, L, D] 1.17x (0.98x from L3),
+         * 24 rows 1.0-1.1x (Zen 4, docs/benchmarks.md). */
         int64_t most = t->decode_rows / group;
         int64_t blocks = (lq + most - 1) / most;
         return (lq + blocks - 1) / blocks;
@@ -159,8 +143,7 @@ static void seq_cut(const mk_table *t, const mha_problem *p, int64_t group,
     /* Rows per block: block_q, or fewer when there are fewer (decode), so
      * the split partials stay small. */
     s->rows = per < t->block_q ? per : t->block_q;
-    s->decode = s->kv_span > 1 || s->rows <= MK_DECODE_ROWS ||
-                (s->rows <= t->decode_rows && (lq > 1 || pages_apart(p)));
+    s->decode = s->kv_span > 1 || s->rows <= t->decode_rows;
     /* A step's blocks: one per ilv queries (each within block_q rows). */
     s->row_blocks = qs > 0    ? (lq + qs - 1) / qs
                     : per > 0 ? (per + s->rows - 1) / s->rows
