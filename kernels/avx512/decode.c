@@ -9,7 +9,9 @@
  * bound by those conversions rather than by memory: 16 lanes run it
  * 1.15-1.5x faster; 16-bit caches measured 1.04-1.17x faster on 1 thread
  * (level on 2). fp32 stays on the avx2 kernels, one kv head at a time
- * too, so that a call across kv heads gives the bits of a call per head
+ * too (but for P.V of 6 to 8 rows of one kv head, which takes the wide
+ * P.V's passes, SEG_ROWS: the same operations per element), so that a
+ * call across kv heads gives the bits of a call per head
  * (tests/test_kernel_decode.c): level there on Zen 4 and Zen 5, 0.88-0.95x
  * across kv heads with one query row per kv head (docs/benchmarks.md). A
  * scaled row's scale multiplies its score (keys) or its probability
@@ -981,6 +983,15 @@ INLINE void pv_step(const int64_t nj, int64_t m, const char *const *rows,
     }
 }
 
+/* The fewest rows of one kv head (no mk_heads) decode_pv takes through
+ * the wide P.V's passes (pv_wide), with 8 rows' registers up to 8: from 6
+ * rows their 6-8 chains of FMAs per chunk beat the 8-row kernel, which
+ * loads and stores the outputs every step of keys (in L2, cycles a key:
+ * 6 rows 92 -> 80, 7 rows 104 -> 77, 8 rows 125 -> 77-90); with 2-5 rows
+ * the chains are too few (53-79 -> 75-81; avx512bf16, Zen 4,
+ * docs/benchmarks.md). The same operations per element either way. */
+enum { SEG_ROWS = 6 };
+
 /* Keys of one pass of the wide P.V: a 16-column chunk of every row stays
  * in registers across all of them, so the rows' outputs are loaded and
  * stored once per WIDE_SEG keys. Once per step of WIDE_KEYS, that was
@@ -999,7 +1010,7 @@ enum { WIDE_SEG = 64 };
  * step read 0.94x the per-step kernel; spread, 1.22x (docs/benchmarks.md).
  * An element takes the operations it takes with fewer rows: one FMA per
  * key in key order. */
-INLINE void pv_wide_seg(int64_t m, const void *v, ptrdiff_t ldv,
+INLINE void pv_wide_seg(const int R, int64_t m, const void *v, ptrdiff_t ldv,
                         const void *const *tab, mk_dtype t, int64_t j0,
                         int64_t nk, int64_t n, const float *pk, int64_t dv,
                         float *o, ptrdiff_t ldo)
@@ -1014,7 +1025,7 @@ INLINE void pv_wide_seg(int64_t m, const void *v, ptrdiff_t ldv,
         const float *pc = pk;
         __asm__("" : "+r"(pc));
         __m512 acc[16];
-        for (int i = 0; i < 16; i++)
+        for (int i = 0; i < R; i++)
             acc[i] = i >= m    ? _mm512_setzero_ps()
                      : whole ? _mm512_loadu_ps(o + i * ldo + c)
                              : _mm512_maskz_loadu_ps(msk, o + i * ldo + c);
@@ -1024,11 +1035,11 @@ INLINE void pv_wide_seg(int64_t m, const void *v, ptrdiff_t ldv,
                 mk_fetch_step(mk_decode_row(v, ldv, tab, es, j0 + k + ahead),
                               (size_t)c * es, 16 * es);
             const __m512 xv = load16(row, t, c, whole, msk);
-            for (int i = 0; i < 16; i++)
+            for (int i = 0; i < R; i++)
                 acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(pc[i * WIDE_SEG + k]),
                                          xv, acc[i]);
         }
-        for (int i = 0; i < 16 && i < m; i++) {
+        for (int i = 0; i < R && i < m; i++) {
             if (whole)
                 _mm512_storeu_ps(o + i * ldo + c, acc[i]);
             else
@@ -1037,8 +1048,8 @@ INLINE void pv_wide_seg(int64_t m, const void *v, ptrdiff_t ldv,
     }
 }
 
-INLINE void pv_wide(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
-                    const void *v, mk_dtype t, ptrdiff_t ldv,
+INLINE void pv_wide(const int R, const float *p, ptrdiff_t ldp, int64_t m,
+                    int64_t n, const void *v, mk_dtype t, ptrdiff_t ldv,
                     const void *const *v_rows, const float *vs,
                     ptrdiff_t vs_ld, int64_t dv, float *o, ptrdiff_t ldo)
 {
@@ -1057,7 +1068,7 @@ INLINE void pv_wide(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                     sv[jj - k0] = vs[(j0 + jj) * vs_ld];
                 f = _mm512_load_ps(sv);
             }
-            for (int64_t i = 0; i < 16; i++) {
+            for (int64_t i = 0; i < R; i++) {
                 __m512 x = _mm512_setzero_ps();
                 if (i < m && k0 < nk)
                     x = _mm512_maskz_loadu_ps(kk, p + i * ldp + j0 + k0);
@@ -1067,7 +1078,7 @@ INLINE void pv_wide(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                 _mm512_store_ps(pk + i * WIDE_SEG + k0, x);
             }
         }
-        pv_wide_seg(m, v, ldv, v_rows, t, j0, nk, n, pk, dv, o, ldo);
+        pv_wide_seg(R, m, v, ldv, v_rows, t, j0, nk, n, pk, dv, o, ldo);
     }
 }
 
@@ -1097,10 +1108,17 @@ wide_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n, const void *v,
         float *o, ptrdiff_t ldo)
 {
     rescale_rows(alpha, m, dv, o, ldo);
-#define PV_WIDE(T)                                                        \
-    pv_wide(p, ldp, m, n, v, T, ldv, v_rows, vs, vs_ld, dv, o, ldo)
-    MK_FOR_DTYPE(vt, PV_WIDE);
-#undef PV_WIDE
+#define PV_WIDE8(T)                                                       \
+    pv_wide(8, p, ldp, m, n, v, T, ldv, v_rows, vs, vs_ld, dv, o, ldo)
+#define PV_WIDE16(T)                                                      \
+    pv_wide(16, p, ldp, m, n, v, T, ldv, v_rows, vs, vs_ld, dv, o, ldo)
+    if (m <= 8) {
+        MK_FOR_DTYPE(vt, PV_WIDE8);
+    } else {
+        MK_FOR_DTYPE(vt, PV_WIDE16);
+    }
+#undef PV_WIDE8
+#undef PV_WIDE16
 }
 
 INLINE void decode_pv(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
@@ -1160,7 +1178,7 @@ void MK_AVX512_DECODE_NAME(decode_pv)(const float *p, ptrdiff_t ldp, int64_t m, 
 #define DECODE_PV(T)                                                      \
     decode_pv(p, ldp, m, n, v, T, ldv, v_rows, vs, vs_ld, dv, alpha, o, ldo, \
               heads)
-    if (!heads && m > MK_DECODE_ROWS) { /* every dtype */
+    if (!heads && m >= SEG_ROWS) { /* every dtype */
         wide_pv(p, ldp, m, n, v, vt, ldv, v_rows, vs, vs_ld, dv, alpha, o,
                 ldo);
         return;
