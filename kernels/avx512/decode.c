@@ -9,8 +9,9 @@
  * bound by those conversions rather than by memory: 16 lanes run it
  * 1.15-1.5x faster; 16-bit caches measured 1.04-1.17x faster on 1 thread
  * (level on 2). fp32 stays on the avx2 kernels, one kv head at a time
- * too (but for P.V of 6 to 8 rows of one kv head, which takes the wide
- * P.V's passes, SEG_ROWS: the same operations per element), so that a
+ * too (but for P.V of 6 to 8 rows a kv head, SEG_ROWS: one head's rows
+ * take the wide P.V's passes, rows across kv heads this file's blocks of
+ * MK_PV_BLOCK keys; the same operations per element), so that a
  * call across kv heads gives the bits of a call per head
  * (tests/test_kernel_decode.c): level there on Zen 4 and Zen 5, 0.88-0.95x
  * across kv heads with one query row per kv head (docs/benchmarks.md). A
@@ -991,6 +992,11 @@ INLINE void pv_step(const int64_t nj, int64_t m, const char *const *rows,
  * the chains are too few (53-79 -> 75-81; avx512bf16, Zen 4,
  * docs/benchmarks.md). The same operations per element either way. */
 enum { SEG_ROWS = 6 };
+/* Across kv heads, fp32 groups of SEG_ROWS rows or more take this file's
+ * P.V (pv_blocks: a head's output chunks in registers over MK_PV_BLOCK
+ * keys) instead of avx2's pairs of keys: group 8 from [B, L, H, D] read
+ * 1.11x (1.16x from L3); group 4 read 0.7-0.8x, so it stays on avx2's
+ * (docs/benchmarks.md). */
 
 /* Keys of one pass of the wide P.V: a 16-column chunk of every row stays
  * in registers across all of them, so the rows' outputs are loaded and
@@ -1190,6 +1196,11 @@ void MK_AVX512_DECODE_NAME(decode_pv)(const float *p, ptrdiff_t ldp, int64_t m, 
     case MK_F16: DECODE_PV(MK_F16); break;
     case MK_BF16: DECODE_PV(MK_BF16); break;
     case MK_F32:
+        if (heads && heads->group >= SEG_ROWS) {
+            DECODE_PV(MK_F32);
+            break;
+        }
+        /* fall through */
     case MK_DTYPE_COUNT:
         mk_avx2_decode_pv(p, ldp, m, n, v, vt, ldv, v_rows, vs, vs_ld, dv,
                           alpha, o, ldo, heads);
