@@ -699,6 +699,7 @@ START_TEST(decode_deterministic)
                 decode_heads_same(&cx, &r, 8, 0, 0);
                 decode_heads_same(&cx, &r, 3, 1, 0);
                 decode_heads_same(&cx, &r, 4, 1, 0);
+                decode_heads_same(&cx, &r, 6, 1, 0);
             }
     /* The constant-stride geometry of one row per kv head (d = 64, 128),
      * and each half of it alone. */
