@@ -992,11 +992,6 @@ INLINE void pv_step(const int64_t nj, int64_t m, const char *const *rows,
  * the chains are too few (53-79 -> 75-81; avx512bf16, Zen 4,
  * docs/benchmarks.md). The same operations per element either way. */
 enum { SEG_ROWS = 6 };
-/* Across kv heads, fp32 groups of SEG_ROWS rows or more take this file's
- * P.V (pv_blocks: a head's output chunks in registers over MK_PV_BLOCK
- * keys) instead of avx2's pairs of keys: group 8 from [B, L, H, D] read
- * 1.11x (1.16x from L3); group 4 read 0.7-0.8x, so it stays on avx2's
- * (docs/benchmarks.md). */
 
 /* Keys of one pass of the wide P.V: a 16-column chunk of every row stays
  * in registers across all of them, so the rows' outputs are loaded and
@@ -1005,8 +1000,8 @@ enum { SEG_ROWS = 6 };
  * 147, 128: 143; avx512bf16, Zen 4, docs/benchmarks.md). */
 enum { WIDE_SEG = 64 };
 
-/* decode_pv's sum for MK_DECODE_ROWS < m <= MK_DECODE_WIDE_ROWS rows of
- * one kv head (alpha applied), keys j0 .. j0 + nk - 1 (nk <= WIDE_SEG):
+/* decode_pv's sum for m <= R rows of one kv head (R = 8 or 16 rows'
+ * registers; alpha applied), keys j0 .. j0 + nk - 1 (nk <= WIDE_SEG):
  * chunk by chunk of 16 columns, every row's chunk in registers, each
  * key's chunk loaded once for all of them, the probabilities row-major in
  * pk (a row every WIDE_SEG floats; zeros past row m). Each chunk's pass
@@ -1054,6 +1049,8 @@ INLINE void pv_wide_seg(const int R, int64_t m, const void *v, ptrdiff_t ldv,
     }
 }
 
+/* decode_pv's sum for m <= R rows of one kv head, WIDE_SEG keys at a
+ * time through pv_wide_seg. */
 INLINE void pv_wide(const int R, const float *p, ptrdiff_t ldp, int64_t m,
                     int64_t n, const void *v, mk_dtype t, ptrdiff_t ldv,
                     const void *const *v_rows, const float *vs,
@@ -1196,6 +1193,11 @@ void MK_AVX512_DECODE_NAME(decode_pv)(const float *p, ptrdiff_t ldp, int64_t m, 
     case MK_F16: DECODE_PV(MK_F16); break;
     case MK_BF16: DECODE_PV(MK_BF16); break;
     case MK_F32:
+        /* Across kv heads, groups of SEG_ROWS rows or more take this
+         * file's P.V (pv_blocks: a head's output chunks in registers over
+         * MK_PV_BLOCK keys) instead of avx2's pairs of keys: group 8 from
+         * [B, L, H, D] read 1.11x (1.16x from L3); group 4 read 0.7-0.8x,
+         * so it stays on avx2's (docs/benchmarks.md). */
         if (heads && heads->group >= SEG_ROWS) {
             DECODE_PV(MK_F32);
             break;
