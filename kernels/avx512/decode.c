@@ -707,9 +707,12 @@ INLINE void wide_rows(const void *base, ptrdiff_t ld, const void *const *tab,
 }
 
 /* acc[x] = the K keys' scores for every row (lanes = rows), key x's
- * row widened at kb + x * WIDE_D: one base register and constant offsets
- * for every broadcast. */
-INLINE void wide_dots(const int K, const float *qt, const float *kb,
+ * fp32 elements at r[x]: each FMA broadcasts one of them against the
+ * transposed queries. fp32 keys are read from their rows; other types
+ * are widened into the stack buffer first, the r[x] its rows (copying
+ * fp32 too cost 16% of a step: 176 to 156 cycles a key in L2,
+ * avx512bf16, Zen 4; docs/benchmarks.md). */
+INLINE void wide_dots(const int K, const float *qt, const float *const *r,
                       int64_t d, __m512 *acc)
 {
     for (int x = 0; x < K; x++)
@@ -718,39 +721,8 @@ INLINE void wide_dots(const int K, const float *qt, const float *kb,
     for (int64_t p = 0; p < d; p++) {
         const __m512 qv = _mm512_load_ps(qt + 16 * p);
         for (int x = 0; x < K; x++)
-            acc[x] = _mm512_fmadd_ps(qv, _mm512_set1_ps(kb[x * WIDE_D + p]),
-                                     acc[x]);
+            acc[x] = _mm512_fmadd_ps(qv, _mm512_set1_ps(r[x][p]), acc[x]);
     }
-}
-
-/* wide_dots for a full step of fp32 keys, broadcast from the rows
- * themselves: nothing to widen, and the copy into kb (eight 64-byte
- * stores a key) cost 16% of the step (avx512bf16, Zen 4, in L2: 176 to
- * 156 cycles a key; docs/benchmarks.md). The same FMAs in the same order
- * as through kb. */
-INLINE void wide_dots_f32(const float *qt, const char *const *rows,
-                          int64_t d, __m512 *acc)
-{
-    const float *r0 = (const float *)rows[0], *r1 = (const float *)rows[1],
-                *r2 = (const float *)rows[2], *r3 = (const float *)rows[3],
-                *r4 = (const float *)rows[4], *r5 = (const float *)rows[5],
-                *r6 = (const float *)rows[6], *r7 = (const float *)rows[7];
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0,
-           a5 = a0, a6 = a0, a7 = a0;
-#pragma GCC unroll 2
-    for (int64_t p = 0; p < d; p++) {
-        const __m512 qv = _mm512_load_ps(qt + 16 * p);
-        a0 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r0[p]), a0);
-        a1 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r1[p]), a1);
-        a2 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r2[p]), a2);
-        a3 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r3[p]), a3);
-        a4 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r4[p]), a4);
-        a5 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r5[p]), a5);
-        a6 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r6[p]), a6);
-        a7 = _mm512_fmadd_ps(qv, _mm512_set1_ps(r7[p]), a7);
-    }
-    acc[0] = a0; acc[1] = a1; acc[2] = a2; acc[3] = a3;
-    acc[4] = a4; acc[5] = a5; acc[6] = a6; acc[7] = a7;
 }
 
 /* A full step's scores, a[x] key x's for every row (lanes = rows), into
@@ -800,17 +772,19 @@ INLINE void wide_step(const int K, const float *qt, const char *const *rows,
                       mk_dtype t, const float *sc, int64_t m, int64_t d,
                       float *kb, float *s, ptrdiff_t lds)
 {
-    __m512 acc[WIDE_KEYS];
-    if (t == MK_F32 && K == WIDE_KEYS) {
-        wide_dots_f32(qt, rows, d, acc);
-    } else {
-        for (int x = 0; x < K; x++) /* kb has room past d */
-            for (int64_t c = 0; c < d; c += 16)
-                _mm512_store_ps(kb + x * WIDE_D + c,
-                                load16(rows[x], t, c, c + 16 <= d,
-                                       lanes(d - c)));
-        wide_dots(K, qt, kb, d, acc);
+    const float *r[WIDE_KEYS];
+    for (int x = 0; x < K; x++) {
+        if (t == MK_F32) {
+            r[x] = (const float *)rows[x];
+            continue;
+        }
+        r[x] = kb + x * WIDE_D;
+        for (int64_t c = 0; c < d; c += 16) /* kb has room past d */
+            _mm512_store_ps(kb + x * WIDE_D + c,
+                            load16(rows[x], t, c, c + 16 <= d, lanes(d - c)));
     }
+    __m512 acc[WIDE_KEYS];
+    wide_dots(K, qt, r, d, acc);
     for (int x = 0; x < K; x++)
         if (mk_dtype_scaled(t)) /* scaled_score's two products */
             acc[x] = _mm512_mul_ps(
