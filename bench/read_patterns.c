@@ -53,8 +53,8 @@ static double now(void)
 
 /* The sum of bytes [0, n) of p (n a multiple of 128): 8 independent
  * accumulators, as membw.c, so memory rather than the adds bounds it.
- * With fetch set, each line `ahead` bytes on is fetched into L2 as the
- * line in use is read. */
+ * Unless ahead is NULL, each step also fetches the same two lines of
+ * ahead into L2. */
 static v4f sum_run(const char *p, size_t n, const char *ahead, v4f acc)
 {
     v4f a[8] = {{0.0f}};
@@ -85,12 +85,14 @@ static v4f read_blocks(int pattern, const char *k, const char *v, size_t b0,
         switch (pattern) {
         case 0: /* stream: the block's bytes of K, then of V, in order */
         case 1: /* bhsd: the same bytes as 32 KiB runs, K then V */
-            for (size_t o = 0; o < block; o += pattern ? 32768 : block) {
-                const size_t run = pattern ? 32768 : block;
+        {
+            const size_t run = pattern ? 32768 : block;
+            for (size_t o = 0; o < block; o += run) {
                 acc = sum_run(k + p0 * POS + o, run, NULL, acc);
                 acc = sum_run(v + p0 * POS + o, run, NULL, acc);
             }
             break;
+        }
         case 2: /* blhd: whole positions */
             for (int kv = 0; kv < 2; kv++)
                 for (size_t p = p0; p < p0 + BLOCK; p++)
