@@ -28,6 +28,7 @@
  * Rounds run the patterns in rotating order; medians of the rates and of
  * each pattern's ratio to stream in the same round are printed.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
