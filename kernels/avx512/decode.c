@@ -373,6 +373,25 @@ INLINE void dot_rows_keys(const int R, const int K, const float *q,
     for (int x = 0; x < R * K; x++)
         a[x][0] = a[x][1] = _mm512_setzero_ps();
     int64_t c = 0;
+#ifdef MK_AVX512_VBMI
+    /* E4M3 of one or two keys a call (4 or 8 rows): 64 codes per lookup
+     * (dot_rows), the chunks to the same chains in the same order. */
+    if (t == MK_FP8_E4M3 && K <= 2)
+        for (; c + 64 <= d; c += 64) {
+            __m512 k4[2][4];
+            for (int k = 0; k < K; k++) {
+                mk_fetch_step(pf[k], (size_t)c, 64);
+                e4m3_to_f32x4(_mm512_loadu_si512(rows[k] + c), k4[k]);
+            }
+            for (int x = 0; x < 4; x++)
+                for (int r = 0; r < R; r++) {
+                    const __m512 qx = _mm512_loadu_ps(q + r * ldq + c + 16 * x);
+                    for (int k = 0; k < K; k++)
+                        a[r * K + k][x & 1] =
+                            _mm512_fmadd_ps(qx, k4[k][x], a[r * K + k][x & 1]);
+                }
+        }
+#endif
     for (; c + 32 <= d; c += 32) {
         __m512 kv[MK_QK_BLOCK][2];
         for (int k = 0; k < K; k++) {
