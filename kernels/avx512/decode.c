@@ -954,6 +954,38 @@ INLINE void pv_chunk(int64_t m, int64_t nj, const float pk[][KEYS],
     }
 }
 
+/* One row's output columns [c, c + 16 C) (C = 4 or 8 chunks) += pk[jj]
+ * times value rows rows[jj], jj < nj: the C chunks in registers across
+ * the keys, each key's widened once (E4M3 64 codes per lookup), each
+ * element's FMAs in key order as pv_chunk's. Chunk by chunk, one row's
+ * output is one chain of FMAs a chunk and a step: [B, H, L, D] P.V of
+ * one query row took 25-26 cycles a key in L2 (fp16, int8; fp8 through
+ * 16-code lookups 40.5) for its 8 FMAs (Zen 4, docs/benchmarks.md). */
+INLINE void pv_row_chunks(const int C, int64_t nj, const char *const *rows,
+                          mk_dtype t, const float *pk, float *o, int64_t c)
+{
+    __m512 acc[8];
+    for (int x = 0; x < C; x++)
+        acc[x] = _mm512_loadu_ps(o + c + 16 * x);
+    for (int64_t jj = 0; jj < nj; jj++) {
+        __m512 v[8];
+#ifdef MK_AVX512_VBMI
+        if (t == MK_FP8_E4M3)
+            for (int x = 0; x < C; x += 4)
+                e4m3_to_f32x4(_mm512_loadu_si512(rows[jj] + c + 16 * x),
+                              v + x);
+        else
+#endif
+            for (int x = 0; x < C; x++)
+                v[x] = load16(rows[jj], t, c + 16 * x, 1, 0);
+        const __m512 b = _mm512_set1_ps(pk[jj]);
+        for (int x = 0; x < C; x++)
+            acc[x] = _mm512_fmadd_ps(b, v[x], acc[x]);
+    }
+    for (int x = 0; x < C; x++)
+        _mm512_storeu_ps(o + c + 16 * x, acc[x]);
+}
+
 /* o rows i < m += pk[i][jj] times value rows rows[jj], jj < nj, chunk by
  * chunk (each chunk widened once for every row); called with a constant
  * nj for a whole step, so the keys' loop is unrolled. */
@@ -964,7 +996,14 @@ INLINE void pv_step(const int64_t nj, int64_t m, const char *const *rows,
     const int64_t full = dv / 16 * 16;
     const __mmask16 tail = lanes(dv - full);
     __m512 vj[KEYS];
-    for (int64_t c = 0; c < full; c += 16) {
+    int64_t c = 0;
+    if (m == 1) { /* one query row per kv head */
+        for (; t != MK_FP8_E4M3 && c + 128 <= full; c += 128)
+            pv_row_chunks(8, nj, rows, t, pk[0], o, c);
+        for (; c + 64 <= full; c += 64)
+            pv_row_chunks(4, nj, rows, t, pk[0], o, c);
+    }
+    for (; c < full; c += 16) {
         for (int64_t jj = 0; jj < nj; jj++)
             vj[jj] = load16(rows[jj], t, c, 1, 0);
         pv_chunk(m, nj, pk, vj, o, ldo, c, 1, 0);
