@@ -373,6 +373,18 @@ INLINE void dot_rows_keys(const int R, const int K, const float *q,
     for (int x = 0; x < R * K; x++)
         a[x][0] = a[x][1] = _mm512_setzero_ps();
     int64_t c = 0;
+    if (R == 1) /* one row, 8 keys: each key's chunks widened as used */
+        for (; c + 32 <= d; c += 32) {
+            const __m512 q0 = _mm512_loadu_ps(q + c),
+                         q1 = _mm512_loadu_ps(q + c + 16);
+            for (int k = 0; k < K; k++) {
+                mk_fetch_step(pf[k], (size_t)c * es, 32 * es);
+                a[k][0] = _mm512_fmadd_ps(q0, load16(rows[k], t, c, 1, 0),
+                                          a[k][0]);
+                a[k][1] = _mm512_fmadd_ps(q1, load16(rows[k], t, c + 16, 1, 0),
+                                          a[k][1]);
+            }
+        }
 #ifdef MK_AVX512_VBMI
     /* E4M3 of one or two keys a call (4 or 8 rows): 64 codes per lookup
      * (dot_rows), the chunks to the same chains in the same order. */
@@ -637,8 +649,8 @@ INLINE int spread_fetch(mk_dtype t, int l1)
 
 #include "decode_heads.h"
 
-/* Rows of one kv head (m = 2, 4 or 8, a constant) against MK_QK_BLOCK /
- * m keys at a time (dot_rows_keys), each key's row `ahead` rows on
+/* Rows of one kv head (m = 1, 2, 4 or 8, a constant) against MK_QK_BLOCK
+ * / m keys at a time (dot_rows_keys), each key's row `ahead` rows on
  * fetched among the chunks as decode_qk fetches it; returns the keys
  * done, the rest left to rows_dot. */
 INLINE int64_t qk_rows_block_loop(const int M, const float *q, ptrdiff_t ldq,
@@ -676,6 +688,8 @@ qk_rows_blocks(const float *q, ptrdiff_t ldq, int64_t m, const void *k,
 #define QK_ROWS(M, T)                                                     \
     qk_rows_block_loop(M, q, ldq, k, T, ldk, k_rows, ks, ks_ld, n, d, s, lds, \
                        ahead)
+    if (m == 1 && t == MK_I8)
+        return QK_ROWS(1, MK_I8);
     MK_BLOCKS_RETURN(m, t, QK_ROWS);
 #undef QK_ROWS
 }
@@ -876,7 +890,13 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
     }
     const int64_t ahead = mk_ahead_rows(row_bytes);
     int64_t j = 0;
-    if (m == 2 || m == 4 || m == 8) /* a grouped-query group's rows */
+    /* A grouped-query group's rows, or one row of int8 keys: 8 keys a
+     * call (hsum16x8 reduces their 8 scores at once), 23.9 -> 19.0 cycles
+     * a key in L2, and from DRAM [B, H, L, D] int8 read 1.11x. The
+     * 16-bit types read 0.86-0.92x from DRAM that way (their
+     * rows fetched a line a chunk instead of whole), E4M3 slower in L2
+     * (31.5 -> 34.2): they keep rows_dot (Zen 4, docs/benchmarks.md). */
+    if ((m == 1 && t == MK_I8) || m == 2 || m == 4 || m == 8)
         j = qk_rows_blocks(q, ldq, m, k, t, ldk, k_rows, ks, ks_ld, n, d, s,
                            lds, ahead);
     for (; j < n; j++) {
