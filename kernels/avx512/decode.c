@@ -1017,7 +1017,9 @@ INLINE void pv_step(const int64_t nj, int64_t m, const char *const *rows,
     const __mmask16 tail = lanes(dv - full);
     __m512 vj[KEYS];
     int64_t c = 0;
-    if (m == 1) { /* one query row per kv head */
+    /* One query row per kv head: 128 columns at a time, E4M3 64 (its two
+     * lookups' 128 took 28.0 cycles a key in L2 against 25.0). */
+    if (m == 1) {
         for (; t != MK_FP8_E4M3 && c + 128 <= full; c += 128)
             pv_row_chunks(8, nj, rows, t, pk[0], o, c);
         for (; c + 64 <= full; c += 64)
