@@ -1,5 +1,6 @@
 /* CPU feature detection for the ISA registry (isa.c caches the answers).
  * Compiled without ISA flags. */
+#define _DEFAULT_SOURCE /* syscall */
 #include "engine.h"
 
 #include <stdatomic.h>
@@ -7,6 +8,9 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
 
 static int detect_avx2_fma(void)
 {
@@ -69,10 +73,40 @@ static int detect_avx512_bf16(void)
     __cpuid_count(7, 1, a, b, c, d);
     return (a & (1u << 5)) != 0;
 }
+
+/* The amxbf16 table: the avx512bf16 table's needs plus AMX-TILE and
+ * AMX-BF16 (CPUID leaf 7 EDX bits 24 and 22), an OS that enables the tile
+ * state (XCR0 bits 17 and 18) and, on Linux, this process's permission to
+ * use the tile data (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, Linux
+ * 5.16 and later): without it the first tile instruction faults. The
+ * request is process-wide and idempotent; the registry makes it once. */
+static int detect_amx_bf16(void)
+{
+    if (!detect_avx512_bf16())
+        return 0;
+    unsigned a, b, c, d;
+    __cpuid_count(7, 0, a, b, c, d);
+    const unsigned amx_bf16 = 1u << 22, amx_tile = 1u << 24;
+    if ((d & (amx_bf16 | amx_tile)) != (amx_bf16 | amx_tile))
+        return 0;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    (void)xhi;
+    const unsigned tiles = (1u << 17) | (1u << 18);
+    if ((xlo & tiles) != tiles)
+        return 0;
+#if defined(__linux__)
+    const long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+    if (syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) != 0)
+        return 0;
+#endif
+    return 1;
+}
 #else
 static int detect_avx2_fma(void) { return 0; }
 static int detect_avx512(void) { return 0; }
 static int detect_avx512_bf16(void) { return 0; }
+static int detect_amx_bf16(void) { return 0; }
 #endif
 
 #if defined(__aarch64__) && defined(__linux__)
@@ -120,6 +154,7 @@ static int detect_neon_bf16(void) { return 0; }
 int mha_cpu_detect_avx2_fma(void) { return detect_avx2_fma(); }
 int mha_cpu_detect_avx512(void) { return detect_avx512(); }
 int mha_cpu_detect_avx512_bf16(void) { return detect_avx512_bf16(); }
+int mha_cpu_detect_amx_bf16(void) { return detect_amx_bf16(); }
 int mha_cpu_detect_neon(void) { return detect_neon(); }
 int mha_cpu_detect_neon_bf16(void) { return detect_neon_bf16(); }
 int mha_cpu_detect_neon_fhm(void) { return detect_neon_fhm(); }

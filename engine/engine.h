@@ -24,6 +24,7 @@ mha_status mha_fail(mha_status status, const char *fmt, ...)
 int mha_cpu_detect_avx2_fma(void);
 int mha_cpu_detect_avx512(void);
 int mha_cpu_detect_avx512_bf16(void);
+int mha_cpu_detect_amx_bf16(void);
 int mha_cpu_detect_neon(void);
 int mha_cpu_detect_neon_bf16(void);
 int mha_cpu_detect_neon_fhm(void);

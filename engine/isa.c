@@ -30,6 +30,11 @@ static int always(void) { return 1; }
 #else
 #define INIT_AVX512BF16 NULL
 #endif
+#ifdef MHA_HAVE_AMXBF16
+#define INIT_AMXBF16 mk_init_amxbf16
+#else
+#define INIT_AMXBF16 NULL
+#endif
 #ifdef MHA_HAVE_AVX2
 #define INIT_AVX2 mk_init_avx2
 #else
@@ -52,11 +57,14 @@ static int always(void) { return 1; }
 #endif
 
 /* Best first: MHA_ISA_AUTO takes the first row the build and CPU have.
- * Each initialiser calls its base's first (avx512bf16 on avx512, avx512
- * on avx2, neonbf16 on neonfhm, neonfhm on neon, the others on generic),
- * so a slot an ISA leaves comes from the nearest table.
+ * Each initialiser calls its base's first (amxbf16 on avx512bf16,
+ * avx512bf16 on avx512, avx512 on avx2, neonbf16 on neonfhm, neonfhm on
+ * neon, the others on generic), so a slot an ISA leaves comes from the
+ * nearest table.
  * X(enum value, name, detection, initialiser) */
 #define ISA_ROWS(X)                                                  \
+    X(MHA_ISA_AMX_BF16, "amxbf16", mha_cpu_detect_amx_bf16,            \
+      INIT_AMXBF16)                                                  \
     X(MHA_ISA_AVX512_BF16, "avx512bf16", mha_cpu_detect_avx512_bf16,   \
       INIT_AVX512BF16)                                               \
     X(MHA_ISA_AVX512, "avx512", mha_cpu_detect_avx512, INIT_AVX512) \

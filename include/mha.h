@@ -88,7 +88,9 @@ typedef enum mha_isa {
     MHA_ISA_AVX512_BF16 = 5, /* avx512 + AVX512-BF16 and VBMI: bf16 compute
                                 on VDPBF16PS (docs/design.md) */
     MHA_ISA_NEON_BF16 = 6, /* neonfhm + FEAT_BF16: bf16 compute on BFDOT */
-    MHA_ISA_NEON_FHM = 7 /* neon + FEAT_FHM: f16 compute on FMLAL */
+    MHA_ISA_NEON_FHM = 7, /* neon + FEAT_FHM: f16 compute on FMLAL */
+    MHA_ISA_AMX_BF16 = 8 /* avx512bf16 + AMX-TILE and AMX-BF16: bf16
+                            compute on tiles (docs/design.md) */
 } mha_isa;
 
 /* The most threads one call uses. A config asking for more is refused
@@ -110,8 +112,8 @@ MHA_API mha_status mha_engine_create(const mha_config *config, mha_engine **engi
 MHA_API void mha_engine_destroy(mha_engine *engine); /* NULL is a no-op */
 MHA_API mha_isa mha_engine_isa(const mha_engine *engine);
 MHA_API int mha_engine_num_threads(const mha_engine *engine);
-/* "generic", "avx2", "avx512", "avx512bf16", "neon", "neonbf16",
- * "neonfhm", "auto"; "unknown" for other values. */
+/* "generic", "avx2", "avx512", "avx512bf16", "amxbf16", "neon",
+ * "neonbf16", "neonfhm", "auto"; "unknown" for other values. */
 MHA_API const char *mha_isa_name(mha_isa isa);
 /* Every ISA this version of libmha knows (never MHA_ISA_AUTO), best first:
  * the order MHA_ISA_AUTO tries them in. Sets *count (when not NULL) to the

@@ -527,6 +527,7 @@ typedef struct mk_table {
  * mk_init_avx2 exists only when the build defines MHA_HAVE_AVX2 (base:
  * generic), mk_init_avx512 only with MHA_HAVE_AVX512 (base: avx2),
  * mk_init_avx512bf16 only with MHA_HAVE_AVX512BF16 (base: avx512),
+ * mk_init_amxbf16 only with MHA_HAVE_AMXBF16 (base: avx512bf16),
  * mk_init_neon only with MHA_HAVE_NEON (base: generic), mk_init_neonfhm
  * only with MHA_HAVE_NEONFHM (base: neon), mk_init_neonbf16 only with
  * MHA_HAVE_NEONBF16 (base: neonfhm). Whether the CPU can
@@ -535,6 +536,7 @@ void mk_init_generic(mk_table *t);
 void mk_init_avx2(mk_table *t);
 void mk_init_avx512(mk_table *t);
 void mk_init_avx512bf16(mk_table *t);
+void mk_init_amxbf16(mk_table *t);
 void mk_init_neon(mk_table *t);
 void mk_init_neonfhm(mk_table *t);
 void mk_init_neonbf16(mk_table *t);

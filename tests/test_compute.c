@@ -189,60 +189,59 @@ START_TEST(half_compute)
                               : vmax * (1.0 / 2048 + (double)c->lk * 0x1p-25);
     mha_isa isas[TEST_MAX_ISAS];
     int n_isas = available_isas(isas);
-    for (int ii = 0; ii < n_isas; ii++) {
-        mk_table table;
-        mha_isa picked;
-        ck_assert(mha_dispatch(isas[ii], &picked, &table) == MHA_OK);
+    for (int ii = 0; ii < n_isas + emulated_engines(); ii++) {
+        const char *isa_name = walk_isa_name(ii, isas, n_isas);
+        mha_engine *e = make_walk_engine(ii, isas, n_isas, c->threads);
+        const mk_table table = e->kernels;
         const mk_half h = dt == MHA_BF16 ? MK_HALF_BF16 : MK_HALF_F16;
         const int native =
             table.half[h].qk && c->kv == dt && c->d % 2 == 0;
-        mha_engine *e = make_engine(isas[ii], c->threads);
         for (size_t x = 0; x < no + 2 * GUARD; x++)
             oh[x] = 0xA5A5u;
         memset(of, 0, no * sizeof *of);
         mha_status st = run(e, c, &q16, &k, &v, &o16, cu_q, cu_k);
-        ck_assert_msg(st == MHA_OK, "%s %s isa %d: %s", c->name, dname,
-                      (int)isas[ii], mha_last_error());
+        ck_assert_msg(st == MHA_OK, "%s %s isa %s: %s", c->name, dname,
+                      isa_name, mha_last_error());
         st = run(e, c, &q32, &k, &v, &o32, cu_q, cu_k);
-        ck_assert_msg(st == MHA_OK, "%s fp32 isa %d: %s", c->name,
-                      (int)isas[ii], mha_last_error());
+        ck_assert_msg(st == MHA_OK, "%s fp32 isa %s: %s", c->name, isa_name,
+                      mha_last_error());
         uint16_t *rounded = as_dtype(of, no, dt);
         for (int x = 0; x < GUARD; x++)
             REQUIRE(oh[x] == 0xA5A5u && oh[GUARD + no + (size_t)x] == 0xA5A5u,
-                    "%s %s isa %d: an element outside the output view was "
-                    "written", c->name, dname, (int)isas[ii]);
+                    "%s %s isa %s: an element outside the output view was "
+                    "written", c->name, dname, isa_name);
         float got;
         if (native) {
             uint16_t *first = test_alloc(no * sizeof *first);
             memcpy(first, oh + GUARD, no * sizeof *first);
-            mha_engine *e3 = make_engine(isas[ii], 3);
+            mha_engine *e3 = make_walk_engine(ii, isas, n_isas, 3);
             st = run(e3, c, &q16, &k, &v, &o16, cu_q, cu_k);
             ck_assert_msg(st == MHA_OK, "%s: %s", c->name, mha_last_error());
             mha_engine_destroy(e3);
             for (size_t x = 0; x < no; x++) {
                 REQUIRE(oh[GUARD + x] == first[x],
                         "%s %s isa %s: out[%zu] differs on 3 threads",
-                        c->name, dname, mha_isa_name(isas[ii]), x);
+                        c->name, dname, isa_name, x);
                 from_half(dt, &oh[GUARD + x], 1, &got);
                 double tol = TOL_ATTN_ABS + (TOL_ATTN_REL + ulp) * fabs(want[x]) +
                              p_term;
                 REQUIRE(fabs((double)got - want[x]) <= tol,
                         "%s %s native isa %s: out[%zu] = %g, oracle %g",
-                        c->name, dname, mha_isa_name(isas[ii]), x,
+                        c->name, dname, isa_name, x,
                         (double)got, want[x]);
             }
             free(first);
         }
         for (size_t x = 0; x < no && !native; x++) {
             REQUIRE(oh[GUARD + x] == rounded[x],
-                    "%s %s isa %d: out[%zu] = 0x%04x, the fp32 call rounded "
-                    "gives 0x%04x", c->name, dname, (int)isas[ii], x,
+                    "%s %s isa %s: out[%zu] = 0x%04x, the fp32 call rounded "
+                    "gives 0x%04x", c->name, dname, isa_name, x,
                     oh[GUARD + x], rounded[x]);
             from_half(dt, &oh[GUARD + x], 1, &got);
             double tol = TOL_ATTN_ABS + (TOL_ATTN_REL + ulp) * fabs(want[x]);
             REQUIRE(fabs((double)got - want[x]) <= tol,
-                    "%s %s isa %d: out[%zu] = %g, oracle %g", c->name, dname,
-                    (int)isas[ii], x, (double)got, want[x]);
+                    "%s %s isa %s: out[%zu] = %g, oracle %g", c->name, dname,
+                    isa_name, x, (double)got, want[x]);
         }
         free(rounded);
         mha_engine_destroy(e);

@@ -18,6 +18,9 @@
 #include <string.h>
 
 #include "kernel_check.h"
+#ifdef MHA_TEST_AMX_EMULATED
+#include "amxbf16/amxbf16.h"
+#endif
 
 /* ---- qk and pack ------------------------------------------------------ */
 
@@ -241,7 +244,7 @@ END_TEST
 
 /* A depth past the layer E = 1024's (1100), against the oracle at
  * TOL_REF and, on the tables built on tile_driver.h's linear (avx2,
- * avx512, avx512bf16), bitwise against the chain their tiles promise
+ * avx512, avx512bf16 and amxbf16), bitwise against the chain their tiles promise
  * (kernels/avx2/tile_6x16.h, kernels/avx512/tile.h): the sum in order of
  * depth, one FMA per step, then the bias; in scalar fmaf here. Any
  * reordering of the depth (split chains, blocking that does not continue
@@ -268,7 +271,7 @@ START_TEST(linear_deep_in_order)
     for (int x = 0; x < ts.n; x++) {
         const char *isa = mha_isa_name(ts.isa[x]);
         if (strcmp(isa, "avx2") && strcmp(isa, "avx512") &&
-            strcmp(isa, "avx512bf16"))
+            strcmp(isa, "avx512bf16") && strcmp(isa, "amxbf16"))
             continue;
         const mk_table *t = &ts.t[x];
         float *wp = out_buffer(t->packed_floats(N, K));
@@ -491,6 +494,28 @@ static void pv_half_case(const mk_table *t, mk_half h, const char *isa,
     free(want), free(mag), free(o), free(vp);
 }
 
+/* Every qk and pv case of one table's slots of h. */
+static void half_cases(const mk_table *t, mk_half h, const char *isa,
+                       test_rng *r)
+{
+    static const int64_t ms[] = {1, 11, 12, 13, 145};
+    static const int64_t ns[] = {1, 2, 31, 33, 129, 300};
+    static const int64_t ds[] = {2, 18, 64, 130};
+    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
+        for (size_t j = 0; j < sizeof ns / sizeof *ns; j++)
+            for (size_t k = 0; k < sizeof ds / sizeof *ds; k++)
+                qk_half_case(t, h, isa, ms[i], ns[j], ds[k],
+                             ds[k] + 2 * (int64_t)i, ds[k] + 4, r);
+    static const int64_t dvs[] = {1, 16, 31, 32, 33, 80, 128};
+    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
+        for (size_t j = 0; j < sizeof ns / sizeof *ns; j++)
+            for (size_t k = 0; k < sizeof dvs / sizeof *dvs; k++)
+                pv_half_case(t, h, isa, ms[i], ns[j], dvs[k],
+                             dvs[k] + (int64_t)j, 2 * (int64_t)(k % 3) * 16,
+                             r);
+    pv_half_case(t, h, isa, 5, 23, 17, 0, 0, r); /* one value row for all */
+}
+
 START_TEST(half_slots)
 {
     table_set ts;
@@ -510,25 +535,24 @@ START_TEST(half_slots)
         if (!hs->qk)
             continue;
         ran[h]++;
-        static const int64_t ms[] = {1, 11, 12, 13, 145};
-        static const int64_t ns[] = {1, 2, 31, 33, 129, 300};
-        static const int64_t ds[] = {2, 18, 64, 130};
-        for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
-            for (size_t j = 0; j < sizeof ns / sizeof *ns; j++)
-                for (size_t k = 0; k < sizeof ds / sizeof *ds; k++)
-                    qk_half_case(t, h, isa, ms[i], ns[j], ds[k],
-                                 ds[k] + 2 * (int64_t)i, ds[k] + 4, &r);
-        static const int64_t dvs[] = {1, 16, 31, 32, 33, 80, 128};
-        for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
-            for (size_t j = 0; j < sizeof ns / sizeof *ns; j++)
-                for (size_t k = 0; k < sizeof dvs / sizeof *dvs; k++)
-                    pv_half_case(t, h, isa, ms[i], ns[j], dvs[k],
-                                 dvs[k] + (int64_t)j, 2 * (int64_t)(k % 3) * 16,
-                                 &r);
-        pv_half_case(t, h, isa, 5, 23, 17, 0, 0, &r); /* one value row for all */
+        half_cases(t, h, isa, &r);
     }
     printf("half compute slots checked: bf16 on %d table(s), f16 on %d\n",
            ran[MK_HALF_BF16], ran[MK_HALF_F16]);
+#ifdef MHA_TEST_AMX_EMULATED
+    /* The AMX kernels over emulated tiles (kernels/amxbf16/tiles.h), on
+     * a CPU that runs the avx512bf16 parts around them. */
+    if (mha_isa_available(MHA_ISA_AVX512_BF16)) {
+        mk_table emu;
+        memset(&emu, 0, sizeof emu);
+        mk_init_amxemu(&emu);
+        half_cases(&emu, MK_HALF_BF16, emu.name, &r);
+        printf("half compute slots checked: bf16 on %s\n", emu.name);
+    } else {
+        printf("half compute slots: amxbf16 (emulated) not run: this CPU "
+               "has no avx512bf16\n");
+    }
+#endif
 }
 END_TEST
 

@@ -505,9 +505,9 @@ START_TEST(layer_bf16_vs_oracle)
     bd.dtype = MHA_BF16;
     mha_isa isas[TEST_MAX_ISAS];
     int n_isa = available_isas(isas);
-    for (int t = 0; t < n_isa; t++) {
-        const char *isa = mha_isa_name(isas[t]);
-        mha_engine *e = make_engine(isas[t], 2);
+    for (int t = 0; t < n_isa + emulated_engines(); t++) {
+        const char *isa = walk_isa_name(t, isas, n_isa);
+        mha_engine *e = make_walk_engine(t, isas, n_isa, 2);
         mha_layer *l;
         mha_status st = mha_layer_create(e, &bd, &l);
         ck_assert_msg(st == MHA_OK, "%s [%s] bf16: layer_create: %s",
@@ -599,14 +599,15 @@ static const int STRIDED_CASES[] = {0, 3, 5};
 
 /* The layer of desc d on a 2-thread engine of isa (*e, to destroy after
  * the layer). */
-static mha_layer *layer_on(mha_isa isa, const mha_layer_desc *d,
-                           const char *name, mha_engine **e)
+static mha_layer *layer_on(int t, const mha_isa *isas, int n_isa,
+                           const mha_layer_desc *d, const char *name,
+                           mha_engine **e)
 {
     mha_layer *l = NULL;
-    *e = make_engine(isa, 2);
+    *e = make_walk_engine(t, isas, n_isa, 2);
     ck_assert_msg(mha_layer_create(*e, d, &l) == MHA_OK,
-                  "%s [%s]: layer_create: %s", name, mha_isa_name(isa),
-                  mha_last_error());
+                  "%s [%s]: layer_create: %s", name,
+                  walk_isa_name(t, isas, n_isa), mha_last_error());
     return l;
 }
 
@@ -655,10 +656,10 @@ START_TEST(layer_strided_rows)
     d.dtype = bf16 ? MHA_BF16 : MHA_F32;
     mha_isa isas[TEST_MAX_ISAS];
     int n_isa = available_isas(isas);
-    for (int t = 0; t < n_isa; t++) {
-        const char *isa = mha_isa_name(isas[t]);
+    for (int t = 0; t < n_isa + emulated_engines(); t++) {
+        const char *isa = walk_isa_name(t, isas, n_isa);
         mha_engine *e;
-        mha_layer *l = layer_on(isas[t], &d, c->name, &e);
+        mha_layer *l = layer_on(t, isas, n_isa, &d, c->name, &e);
         mha_layer_args a = {.query = q, .key = k, .value = v, .out = ref,
                             .batch = c->b, .lq = c->lq, .lk = c->lk,
                             .mask = mask};

@@ -63,6 +63,12 @@ static void row_to_bf16(float *row, int64_t n)
     }
 }
 
+void mk_avx512bf16_p_to_codes(float *p, ptrdiff_t ldp, int64_t m, int64_t n)
+{
+    for (int64_t i = 0; i < m; i++)
+        row_to_bf16(p + i * ldp, n);
+}
+
 size_t mk_avx512bf16_packed_v_bf16_floats(int64_t n, int64_t dv)
 {
     return (size_t)((n + 1) / 2) * MK_AVX512_NR *
@@ -152,8 +158,7 @@ void mk_avx512bf16_pv_bf16_12x32(float *p, ptrdiff_t ldp, int64_t m,
     assert(m <= 1 || ldp >= n);
     if (m == 0 || dv == 0)
         return;
-    for (int64_t i = 0; i < m; i++)
-        row_to_bf16(p + i * ldp, n);
+    mk_avx512bf16_p_to_codes(p, ldp, m, n);
     pv_codes(p, ldp, m, n, vp, cb_stride, dv, alpha, o, ldo);
 }
 

@@ -72,7 +72,7 @@ size_t count_changed(const float *x, size_t n);
 /* ---- ISAs ------------------------------------------------------------- */
 
 /* The most ISAs mha_isas() may list for these helpers. */
-#define TEST_MAX_ISAS 8
+#define TEST_MAX_ISAS 16
 /* The ISAs of mha_isas() that mha_isa_available() says run here, generic
  * first, then in mha_isas() order; returns the count. Aborts (with a
  * message) if mha_isas() lists more than TEST_MAX_ISAS. */

@@ -1,0 +1,111 @@
+/* The five tile operations the AMX kernels use, and an emulation of them
+ * for CPUs without AMX. Every kernel configures the same shape: tiles 0-7
+ * of 16 rows of 64 bytes (palette 1). C tiles hold 16 x 16 fp32, A tiles
+ * 16 rows of 16 bf16 pairs, B tiles 16 pair rows of 16 columns; TDPBF16PS
+ * adds, to C[m][n], A[m][2k] B[k][2n] + A[m][2k + 1] B[k][2n + 1] over
+ * the 16 k (docs/design.md, "The amxbf16 table").
+ *
+ * Built with MK_AMX_EMULATE (the tests' copy, tests/meson.build) the same
+ * kernel source runs on a thread's tile file in memory: the kernels'
+ * blocking, edges and packing are then tested on any AVX512-BF16 CPU, and
+ * only the mapping of these five macros onto the instructions needs a CPU
+ * with AMX. The emulation adds a pair's two products in order, each exact
+ * in fp32 (8-bit mantissas), as the instruction's definition does. */
+#ifndef MK_AMX_TILES_H
+#define MK_AMX_TILES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MK_AMX_ROWS 16
+#define MK_AMX_COLSB 64
+
+#ifdef MK_AMX_EMULATE
+
+#define MK_AMX(op) mk_amxemu_##op
+
+typedef union {
+    unsigned char b[MK_AMX_ROWS][MK_AMX_COLSB];
+    float f[MK_AMX_ROWS][MK_AMX_COLSB / 4];
+    uint16_t h[MK_AMX_ROWS][MK_AMX_COLSB / 2];
+} mk_amx_emu_tile;
+
+static _Thread_local mk_amx_emu_tile mk_amx_emu_file[8];
+
+static inline float mk_amx_emu_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline void mk_amx_emu_load(int t, const void *base, ptrdiff_t stride)
+{
+    for (int r = 0; r < MK_AMX_ROWS; r++)
+        memcpy(mk_amx_emu_file[t].b[r], (const char *)base + r * stride,
+               MK_AMX_COLSB);
+}
+
+static inline void mk_amx_emu_store(int t, void *base, ptrdiff_t stride)
+{
+    for (int r = 0; r < MK_AMX_ROWS; r++)
+        memcpy((char *)base + r * stride, mk_amx_emu_file[t].b[r],
+               MK_AMX_COLSB);
+}
+
+static inline void mk_amx_emu_dp(int c, int a, int b)
+{
+    mk_amx_emu_tile *C = &mk_amx_emu_file[c];
+    const mk_amx_emu_tile *A = &mk_amx_emu_file[a], *B = &mk_amx_emu_file[b];
+    for (int m = 0; m < MK_AMX_ROWS; m++)
+        for (int k = 0; k < MK_AMX_COLSB / 4; k++)
+            for (int n = 0; n < MK_AMX_COLSB / 4; n++) {
+                float v = C->f[m][n];
+                v += mk_amx_emu_bf16(A->h[m][2 * k]) *
+                     mk_amx_emu_bf16(B->h[k][2 * n]);
+                v += mk_amx_emu_bf16(A->h[m][2 * k + 1]) *
+                     mk_amx_emu_bf16(B->h[k][2 * n + 1]);
+                C->f[m][n] = v;
+            }
+}
+
+#define MK_AMX_BEGIN() ((void)0)
+#define MK_AMX_END() ((void)0)
+#define MK_AMX_ZERO(t) memset(&mk_amx_emu_file[t], 0, sizeof(mk_amx_emu_tile))
+#define MK_AMX_LOAD(t, base, stride) mk_amx_emu_load(t, base, stride)
+#define MK_AMX_STORE(t, base, stride) mk_amx_emu_store(t, base, stride)
+#define MK_AMX_DP(c, a, b) mk_amx_emu_dp(c, a, b)
+
+#else
+
+#include <immintrin.h>
+
+#define MK_AMX(op) mk_amxbf16_##op
+
+/* The 64-byte tile configuration: palette 1, tiles 0-7 of 16 rows of 64
+ * bytes. Loaded at every kernel call and released at its end, so a call
+ * never depends on what ran before it on the thread, and a thread outside
+ * the kernels holds no tile state for the kernel to save. */
+static inline void mk_amx_begin(void)
+{
+    _Alignas(64) unsigned char cfg[64] = {0};
+    cfg[0] = 1; /* palette */
+    for (int t = 0; t < 8; t++) {
+        cfg[16 + 2 * t] = MK_AMX_COLSB; /* colsb, little-endian u16 */
+        cfg[48 + t] = MK_AMX_ROWS;
+    }
+    _tile_loadconfig(cfg);
+}
+
+#define MK_AMX_BEGIN() mk_amx_begin()
+#define MK_AMX_END() _tile_release()
+#define MK_AMX_ZERO(t) _tile_zero(t)
+#define MK_AMX_LOAD(t, base, stride) _tile_loadd(t, base, stride)
+#define MK_AMX_STORE(t, base, stride) _tile_stored(t, base, stride)
+#define MK_AMX_DP(c, a, b) _tile_dpbf16ps(c, a, b)
+
+#endif
+
+#endif
