@@ -85,24 +85,36 @@ static inline void mk_amx_emu_dp(int c, int a, int b)
 #define MK_AMX(op) mk_amxbf16_##op
 
 /* The 64-byte tile configuration: palette 1, tiles 0-7 of 16 rows of 64
- * bytes. Loaded at every kernel call and released at its end, so a call
- * never depends on what ran before it on the thread, and a thread outside
- * the kernels holds no tile state for the kernel to save. */
+ * bytes (colsb as little-endian u16 from byte 16, rows from byte 48).
+ * Loaded at every kernel call and released at its end, so a call never
+ * depends on what ran before it on the thread, and a thread outside the
+ * kernels holds no tile state for the OS to save. A constant: gcc 12's
+ * _tile_loadconfig tells the compiler it reads 8 bytes, so stores to a
+ * local configuration past them could be dropped. */
 static inline void mk_amx_begin(void)
 {
-    _Alignas(64) unsigned char cfg[64] = {0};
-    cfg[0] = 1; /* palette */
-    for (int t = 0; t < 8; t++) {
-        cfg[16 + 2 * t] = MK_AMX_COLSB; /* colsb, little-endian u16 */
-        cfg[48 + t] = MK_AMX_ROWS;
-    }
+    static const _Alignas(64) unsigned char cfg[64] = {
+        [0] = 1,
+        [16] = MK_AMX_COLSB, [18] = MK_AMX_COLSB, [20] = MK_AMX_COLSB,
+        [22] = MK_AMX_COLSB, [24] = MK_AMX_COLSB, [26] = MK_AMX_COLSB,
+        [28] = MK_AMX_COLSB, [30] = MK_AMX_COLSB,
+        [48] = MK_AMX_ROWS, [49] = MK_AMX_ROWS, [50] = MK_AMX_ROWS,
+        [51] = MK_AMX_ROWS, [52] = MK_AMX_ROWS, [53] = MK_AMX_ROWS,
+        [54] = MK_AMX_ROWS, [55] = MK_AMX_ROWS};
     _tile_loadconfig(cfg);
 }
 
 #define MK_AMX_BEGIN() mk_amx_begin()
 #define MK_AMX_END() _tile_release()
 #define MK_AMX_ZERO(t) _tile_zero(t)
-#define MK_AMX_LOAD(t, base, stride) _tile_loadd(t, base, stride)
+/* gcc 12's _tile_loadd is an asm with the address as a register and no
+ * memory operand: the barrier makes the stores to a chunk (and every
+ * store before it) happen before the load, not after or never. */
+#define MK_AMX_LOAD(t, base, stride)                                    \
+    do {                                                                \
+        __asm__ volatile("" ::: "memory");                              \
+        _tile_loadd(t, base, stride);                                   \
+    } while (0)
 #define MK_AMX_STORE(t, base, stride) _tile_stored(t, base, stride)
 #define MK_AMX_DP(c, a, b) _tile_dpbf16ps(c, a, b)
 
