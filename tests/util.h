@@ -31,10 +31,11 @@ Suite *suite_compute(void);
 /* An engine for isa with nthreads, or a test failure. */
 mha_engine *make_engine(mha_isa isa, int nthreads);
 
-/* The engines a suite walks beyond available_isas': 1 where the tests
- * carry the AMX kernels over emulated tiles (kernels/amxbf16/tiles.h) and
- * the CPU runs avx512bf16 (the rest of their table), else 0. Engine
- * n_isas + i is make_emulated_engine's, named EMULATED_ISA_NAME. */
+/* (tests/emulated.c, test_mha only.) The engines a suite walks beyond
+ * available_isas': 1 where the tests carry the AMX kernels over emulated
+ * tiles (kernels/amxbf16/tiles.h) and the CPU runs avx512bf16 (the rest
+ * of their table), else 0. Engine n_isas + i is make_emulated_engine's,
+ * named EMULATED_ISA_NAME. */
 int emulated_engines(void);
 mha_engine *make_emulated_engine(int nthreads);
 #define EMULATED_ISA_NAME "amxbf16 (emulated)"
