@@ -23,6 +23,11 @@
  *               32 heads' queries beside a position's run)
  *   blhd2-fetch blhd2 with each line fetched into L2 two positions ahead
  *               (__builtin_prefetch, locality 2) as the one in use is read
+ *   blhd2-sub16 two passes over 16 positions at a time, the first pass
+ *               fetching whole positions (both halves) two ahead, the
+ *               second none: its halves should still be in L2
+ *   blhd2-pages blhd2 fetching only the first 4 lines of each 4 KiB page
+ *               two positions ahead, to start the hardware prefetchers
  *
  * A team of N threads splits each pattern's blocks (static shares).
  * Rounds run the patterns in rotating order; medians of the rates and of
@@ -37,11 +42,13 @@
 
 typedef float v4f __attribute__((vector_size(16)));
 
-enum { POS = 16384, HALF = POS / 2, BLOCK = 64, AHEAD = 2, PATTERNS = 5,
+enum { POS = 16384, HALF = POS / 2, BLOCK = 64, AHEAD = 2, PATTERNS = 7,
+       SUB = 16, PAGE = 4096,
        MAX_ROUNDS = 1000 };
 
-static const char *const NAMES[PATTERNS] = {"stream", "bhsd", "blhd", "blhd2",
-                                            "blhd2-fetch"};
+static const char *const NAMES[PATTERNS] = {
+    "stream", "bhsd", "blhd", "blhd2", "blhd2-fetch", "blhd2-sub16",
+    "blhd2-pages"};
 
 static volatile float sink;
 
@@ -54,16 +61,18 @@ static double now(void)
 
 /* The sum of bytes [0, n) of p (n a multiple of 128): 8 independent
  * accumulators, as membw.c, so memory rather than the adds bounds it.
- * Unless ahead is NULL, each step also fetches the same two lines of
- * ahead into L2. */
-static v4f sum_run(const char *p, size_t n, const char *ahead, v4f acc)
+ * Unless ahead is NULL, each step of 128 bytes also fetches into L2 the
+ * next `lines` lines of ahead (2: the same bytes' lines; 4: a run twice
+ * as long). */
+static v4f sum_run_n(const char *p, size_t n, const char *ahead, int lines,
+                     v4f acc)
 {
     v4f a[8] = {{0.0f}};
     for (size_t i = 0; i < n; i += 128) {
-        if (ahead) {
-            __builtin_prefetch(ahead + i, 0, 2);
-            __builtin_prefetch(ahead + i + 64, 0, 2);
-        }
+        if (ahead)
+            for (int l = 0; l < lines; l++)
+                __builtin_prefetch(
+                    ahead + (size_t)lines / 2 * i + 64 * (size_t)l, 0, 2);
         for (int x = 0; x < 8; x++) {
             v4f v;
             memcpy(&v, p + i + 16 * (size_t)x, sizeof v);
@@ -73,6 +82,11 @@ static v4f sum_run(const char *p, size_t n, const char *ahead, v4f acc)
     for (int x = 0; x < 8; x++)
         acc += a[x];
     return acc;
+}
+
+static v4f sum_run(const char *p, size_t n, const char *ahead, v4f acc)
+{
+    return sum_run_n(p, n, ahead, 2, acc);
 }
 
 /* One pattern over the blocks of 64 positions [b0, b1) of k and v. */
@@ -98,6 +112,32 @@ static v4f read_blocks(int pattern, const char *k, const char *v, size_t b0,
             for (int kv = 0; kv < 2; kv++)
                 for (size_t p = p0; p < p0 + BLOCK; p++)
                     acc = sum_run((kv ? v : k) + p * POS, POS, NULL, acc);
+            break;
+        case 5: /* blhd2-sub16 */
+            for (int kv = 0; kv < 2; kv++)
+                for (size_t s0 = p0; s0 < p0 + BLOCK; s0 += SUB)
+                    for (size_t half = 0; half < POS; half += HALF)
+                        for (size_t p = s0; p < s0 + SUB; p++) {
+                            const char *base = (kv ? v : k) + p * POS;
+                            const char *ahead =
+                                half == 0 && p + AHEAD < positions
+                                    ? base + AHEAD * POS
+                                    : NULL;
+                            acc = sum_run_n(base + half, HALF, ahead, 4, acc);
+                        }
+            break;
+        case 6: /* blhd2-pages */
+            for (int kv = 0; kv < 2; kv++)
+                for (size_t half = 0; half < POS; half += HALF)
+                    for (size_t p = p0; p < p0 + BLOCK; p++) {
+                        const char *x = (kv ? v : k) + p * POS + half;
+                        for (size_t pg = 0; p + AHEAD < positions && pg < HALF;
+                             pg += PAGE)
+                            for (int l = 0; l < 4; l++)
+                                __builtin_prefetch(
+                                    x + AHEAD * POS + pg + 64 * l, 0, 2);
+                        acc = sum_run(x, HALF, NULL, acc);
+                    }
             break;
         default: /* blhd2 and blhd2-fetch: half positions, two passes */
             for (int kv = 0; kv < 2; kv++)

@@ -9,8 +9,8 @@
  * kernel source runs on a thread's tile file in memory: the kernels'
  * blocking, edges and packing are then tested on any AVX512-BF16 CPU, and
  * only the mapping of these five macros onto the instructions needs a CPU
- * with AMX. The emulation adds a pair's two products in order, each exact
- * in fp32 (8-bit mantissas), as the instruction's definition does. */
+ * with AMX. The emulation follows the instruction's definition
+ * (mk_amx_emu_dp), subnormal inputs and results flushed to zero. */
 #ifndef MK_AMX_TILES_H
 #define MK_AMX_TILES_H
 
@@ -33,12 +33,24 @@ typedef union {
 
 static _Thread_local mk_amx_emu_tile mk_amx_emu_file[8];
 
+/* A bf16 code's value, subnormals as zero (the instruction's DAZ). */
 static inline float mk_amx_emu_bf16(uint16_t h)
 {
-    uint32_t u = (uint32_t)h << 16;
+    uint32_t u = (uint32_t)((h & 0x7F80u) ? h : h & 0x8000u) << 16;
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
+}
+
+/* x with a subnormal result flushed to a zero of its sign (FTZ). */
+static inline float mk_amx_emu_ftz(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7F800000u) == 0)
+        u &= 0x80000000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
 }
 
 static inline void mk_amx_emu_load(int t, const void *base, ptrdiff_t stride)
@@ -55,20 +67,27 @@ static inline void mk_amx_emu_store(int t, void *base, ptrdiff_t stride)
                MK_AMX_COLSB);
 }
 
+/* TDPBF16PS as the SDM's pseudo-code reads: per output, the even and the
+ * odd products of the 16 pairs summed apart in fp32, then their sum added
+ * to C. A product of two bf16 values is exact in fp32, so the fused
+ * multiply-adds are adds of exact products. */
 static inline void mk_amx_emu_dp(int c, int a, int b)
 {
     mk_amx_emu_tile *C = &mk_amx_emu_file[c];
     const mk_amx_emu_tile *A = &mk_amx_emu_file[a], *B = &mk_amx_emu_file[b];
     for (int m = 0; m < MK_AMX_ROWS; m++)
-        for (int k = 0; k < MK_AMX_COLSB / 4; k++)
-            for (int n = 0; n < MK_AMX_COLSB / 4; n++) {
-                float v = C->f[m][n];
-                v += mk_amx_emu_bf16(A->h[m][2 * k]) *
-                     mk_amx_emu_bf16(B->h[k][2 * n]);
-                v += mk_amx_emu_bf16(A->h[m][2 * k + 1]) *
-                     mk_amx_emu_bf16(B->h[k][2 * n + 1]);
-                C->f[m][n] = v;
+        for (int n = 0; n < MK_AMX_COLSB / 4; n++) {
+            float even = 0.0f, odd = 0.0f;
+            for (int k = 0; k < MK_AMX_COLSB / 4; k++) {
+                const uint16_t *ak = &A->h[m][2 * k], *bk = &B->h[k][2 * n];
+                even = mk_amx_emu_ftz(even + mk_amx_emu_bf16(ak[0]) *
+                                                 mk_amx_emu_bf16(bk[0]));
+                odd = mk_amx_emu_ftz(odd + mk_amx_emu_bf16(ak[1]) *
+                                               mk_amx_emu_bf16(bk[1]));
             }
+            C->f[m][n] =
+                mk_amx_emu_ftz(C->f[m][n] + mk_amx_emu_ftz(even + odd));
+        }
 }
 
 #define MK_AMX_BEGIN() ((void)0)
