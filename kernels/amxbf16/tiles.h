@@ -127,12 +127,14 @@ static inline void mk_amx_begin(void)
 #define MK_AMX_END() _tile_release()
 #define MK_AMX_ZERO(t) _tile_zero(t)
 /* gcc 12's _tile_loadd is an asm with the address as a register and no
- * memory operand: the barrier makes the stores to a chunk (and every
- * store before it) happen before the load, not after or never. */
+ * memory operand: the barrier before it makes the stores to a chunk
+ * happen before the load, not after or never, and the one after keeps
+ * the next chunk's stores (into the same buffer) from moving above it. */
 #define MK_AMX_LOAD(t, base, stride)                                    \
     do {                                                                \
         __asm__ volatile("" ::: "memory");                              \
         _tile_loadd(t, base, stride);                                   \
+        __asm__ volatile("" ::: "memory");                              \
     } while (0)
 #define MK_AMX_STORE(t, base, stride) _tile_stored(t, base, stride)
 #define MK_AMX_DP(c, a, b) _tile_dpbf16ps(c, a, b)
