@@ -244,11 +244,11 @@ END_TEST
 
 /* A depth past the layer E = 1024's (1100), against the oracle at
  * TOL_REF and, on the tables built on tile_driver.h's linear (avx2,
- * avx512, avx512bf16 and amxbf16), bitwise against the chain their tiles promise
- * (kernels/avx2/tile_6x16.h, kernels/avx512/tile.h): the sum in order of
- * depth, one FMA per step, then the bias; in scalar fmaf here. Any
- * reordering of the depth (split chains, blocking that does not continue
- * the stored sum) changes bits. */
+ * avx512, avx512bf16 and amxbf16), bitwise against the chain their tiles
+ * promise (kernels/avx2/tile_6x16.h, kernels/avx512/tile.h): the sum in
+ * order of depth, one FMA per step, then the bias; in scalar fmaf here.
+ * Any reordering of the depth (split chains, blocking that does not
+ * continue the stored sum) changes bits. */
 START_TEST(linear_deep_in_order)
 {
     table_set ts;
