@@ -28,6 +28,13 @@
  *               second none: its halves should still be in L2
  *   blhd2-pages blhd2 fetching only the first 4 lines of each 4 KiB page
  *               two positions ahead, to start the hardware prefetchers
+ *   blhd-x8     blocks of 8 positions read head by head: a head's 512
+ *               bytes of each of the 8, then the next head's (the decode
+ *               kernels' loop head by head, kernels/decode_heads.h)
+ *   blhd-x8f    blhd-x8 with each head's run fetched into L2 8 positions
+ *               ahead as it is read (what the kernels do)
+ *   blhd-x4f, blhd-x16f   the same over 4 or 16 positions, fetched 4 or 16
+ *               positions ahead
  *
  * A team of N threads splits each pattern's blocks (static shares).
  * Rounds run the patterns in rotating order; medians of the rates and of
@@ -42,13 +49,13 @@
 
 typedef float v4f __attribute__((vector_size(16)));
 
-enum { POS = 16384, HALF = POS / 2, BLOCK = 64, AHEAD = 2, PATTERNS = 7,
-       SUB = 16, PAGE = 4096,
+enum { POS = 16384, HALF = POS / 2, BLOCK = 64, AHEAD = 2, PATTERNS = 11,
+       SUB = 16, PAGE = 4096, HEAD = 512,
        MAX_ROUNDS = 1000 };
 
 static const char *const NAMES[PATTERNS] = {
     "stream", "bhsd", "blhd", "blhd2", "blhd2-fetch", "blhd2-sub16",
-    "blhd2-pages"};
+    "blhd2-pages", "blhd-x8", "blhd-x4f", "blhd-x8f", "blhd-x16f"};
 
 static volatile float sink;
 
@@ -139,6 +146,24 @@ static v4f read_blocks(int pattern, const char *k, const char *v, size_t b0,
                         acc = sum_run(x, HALF, NULL, acc);
                     }
             break;
+        case 7: /* blhd-x8, blhd-x4f, blhd-x8f, blhd-x16f */
+        case 8:
+        case 9:
+        case 10: {
+            const size_t x = pattern == 8 ? 4 : pattern == 10 ? 16 : 8;
+            for (int kv = 0; kv < 2; kv++)
+                for (size_t s0 = p0; s0 < p0 + BLOCK; s0 += x)
+                    for (size_t h = 0; h < POS; h += HEAD)
+                        for (size_t p = s0; p < s0 + x; p++) {
+                            const char *run = (kv ? v : k) + p * POS + h;
+                            const char *ahead =
+                                pattern > 7 && p + x < positions
+                                    ? run + x * POS
+                                    : NULL;
+                            acc = sum_run(run, HEAD, ahead, acc);
+                        }
+            break;
+        }
         default: /* blhd2 and blhd2-fetch: half positions, two passes */
             for (int kv = 0; kv < 2; kv++)
                 for (size_t half = 0; half < POS; half += HALF)

@@ -4,9 +4,11 @@
  * key's run of kv heads in address order (one contiguous run of a [B, L,
  * H, D] position), G = h->group when G > 0 (a constant, so a head's rows
  * unroll; the block's rows are then whole heads: MK_HEADS_GROUP_SWITCH),
- * any group and a short last head when G = 0. Per score and per
- * output element the arithmetic is that of a call per kv head, bit for
- * bit (the kernel contract in kernels.h).
+ * any group and a short last head when G = 0; or, one query row per kv
+ * head that a pass cannot hold whole, head by head over blocks of
+ * MK_BY_HEAD keys (qk_by_head, where the file has the primitives). Per
+ * score and per output element the arithmetic is that of a call per kv
+ * head, bit for bit (the kernel contract in kernels.h).
  *
  * The including file defines, as static always-inline functions:
  *   rows_dot(q, ldq, m, row, t, sc, d, s, lds)
@@ -32,6 +34,13 @@
  *   prefetch_run_near(run, bytes, l1)
  *       the same for one query row per kv head without the spread fetch,
  *       into L1 when l1 allows, else into L2
+ *   keys_dot_head(q, rows, pf, t, sc, d, s)   (optional: MK_BY_HEAD)
+ *       s[x] = q . key row rows[x] (times sc[x] when t is scaled), x <
+ *       MK_BY_HEAD, the chains and sums of rows_dot, fetching the runs
+ *       pf[x] (d elements each) into L2 as it goes
+ *   pv_keys_head(pk, rows, pf, t, dv, o)   (optional: MK_BY_HEAD)
+ *       o += pk[x] times value row rows[x] for the MK_BY_HEAD keys x in
+ *       key order, one FMA per key and element, fetching pf[x] into L2
  *   code_factor(t)
  *       what its loads leave to undo per row (E4M3's 2^-8, or 1)
  *   spread_fetch(t, l1)
@@ -495,6 +504,116 @@ INLINE heads_pass pass_at(int64_t m, int64_t r0, int64_t pr, mk_dtype t,
     return ps;
 }
 
+#ifdef MK_BY_HEAD
+_Static_assert(MK_BY_HEAD <= MK_HEADS_AHEAD,
+               "the fetch a block of keys ahead stays within `more`");
+/* One query row per kv head where a pass cannot hold every head's query
+ * (output) row beside a position's run (pass_rows < m: 32 fp32 heads at d
+ * = 128 on a 32 KiB L1): head by head over MK_BY_HEAD keys at a time, the
+ * head's MK_BY_HEAD rows of the next keys fetched into L2 among its work.
+ * A head's query (output) row is then read once for MK_BY_HEAD keys, and
+ * the block's rows are read as MK_BY_HEAD streams through whole
+ * positions, which the passes of half positions 16 KiB apart were not:
+ * [B, L, H, D] fp32 (1,32,1,4096,128) and (8,32,1,2048,128) read
+ * 1.13-1.16x faster than in two passes, paged 1.16x (1 thread, Zen 4;
+ * bench/read_patterns' blhd-x8f against blhd2-fetch, docs/benchmarks.md).
+ * The same operations per score and output element as a call per head
+ * (keys_dot_head's sums are rows_dot's; pv_keys_head's FMAs go key by
+ * key). Returns the keys done, a multiple of MK_BY_HEAD; the rest go
+ * through the passes. */
+INLINE int64_t qk_by_head_t(const mk_dtype t, const float *q, ptrdiff_t ldq,
+                            int64_t m, const void *k, ptrdiff_t ldk,
+                            const void *const *k_rows, const float *ks,
+                            ptrdiff_t ks_ld, int64_t n, int64_t d, float *s,
+                            ptrdiff_t lds, const mk_heads *h)
+{
+    const size_t es = mk_dtype_size(t), hb = (size_t)h->ld * es;
+    int64_t j = 0;
+    for (; j + MK_BY_HEAD <= n; j += MK_BY_HEAD) {
+        const char *rows[MK_BY_HEAD], *ahead[MK_BY_HEAD];
+        block_rows(MK_BY_HEAD, k, ldk, k_rows, es, j, n + h->more,
+                   MK_BY_HEAD, 0, rows, ahead);
+        for (int64_t g = 0; g < m; g++) {
+            const char *rg[MK_BY_HEAD], *pf[MK_BY_HEAD];
+            float sc[MK_BY_HEAD];
+            for (int x = 0; x < MK_BY_HEAD; x++) {
+                rg[x] = rows[x] + g * hb;
+                pf[x] = (ahead[x] ? ahead[x] : rows[x]) + g * hb;
+                sc[x] = mk_dtype_scaled(t)
+                            ? ks[(j + x) * ks_ld + g * h->scale_ld]
+                            : 1.0f;
+            }
+            keys_dot_head(q + g * ldq, rg, pf, t, sc, d, s + g * lds + j);
+        }
+    }
+    return j;
+}
+
+/* Out of line, one copy per dtype, as qk_blocks. */
+static __attribute__((noinline)) int64_t
+qk_by_head(const float *q, ptrdiff_t ldq, int64_t m, const void *k,
+           mk_dtype t, ptrdiff_t ldk, const void *const *k_rows,
+           const float *ks, ptrdiff_t ks_ld, int64_t n, int64_t d, float *s,
+           ptrdiff_t lds, const mk_heads *h)
+{
+    int64_t j = 0;
+#define QK_BY_HEAD(T)                                                     \
+    j = qk_by_head_t(T, q, ldq, m, k, ldk, k_rows, ks, ks_ld, n, d, s, lds, h)
+    MK_FOR_DTYPE(t, QK_BY_HEAD)
+#undef QK_BY_HEAD
+    return j;
+}
+
+/* P.V of qk_by_head's form: o rows += their probabilities times the value
+ * rows, head by head over MK_BY_HEAD keys at a time; returns the keys
+ * done. */
+INLINE int64_t pv_by_head_t(const mk_dtype t, const float *p, ptrdiff_t ldp,
+                            int64_t m, int64_t n, const void *v,
+                            ptrdiff_t ldv, const void *const *v_rows,
+                            const float *vs, ptrdiff_t vs_ld, int64_t dv,
+                            float *o, ptrdiff_t ldo, const mk_heads *h)
+{
+    const size_t es = mk_dtype_size(t), hb = (size_t)h->ld * es;
+    int64_t j = 0;
+    for (; j + MK_BY_HEAD <= n; j += MK_BY_HEAD) {
+        const char *rows[MK_BY_HEAD], *ahead[MK_BY_HEAD];
+        block_rows(MK_BY_HEAD, v, ldv, v_rows, es, j, n + h->more,
+                   MK_BY_HEAD, 0, rows, ahead);
+        for (int64_t g = 0; g < m; g++) {
+            const char *rg[MK_BY_HEAD], *pf[MK_BY_HEAD];
+            float pk[MK_BY_HEAD];
+            for (int x = 0; x < MK_BY_HEAD; x++) {
+                rg[x] = rows[x] + g * hb;
+                pf[x] = (ahead[x] ? ahead[x] : rows[x]) + g * hb;
+                /* a scaled row's probability takes its scale (and the
+                 * code factor, exact), as in pv_heads_keys */
+                pk[x] = mk_dtype_scaled(t)
+                            ? p[g * ldp + j + x] *
+                                  vs[(j + x) * vs_ld + g * h->scale_ld] *
+                                  code_factor(t)
+                            : p[g * ldp + j + x];
+            }
+            pv_keys_head(pk, rg, pf, t, dv, o + g * ldo);
+        }
+    }
+    return j;
+}
+
+static __attribute__((noinline)) int64_t
+pv_by_head(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+           const void *v, mk_dtype t, ptrdiff_t ldv,
+           const void *const *v_rows, const float *vs, ptrdiff_t vs_ld,
+           int64_t dv, float *o, ptrdiff_t ldo, const mk_heads *h)
+{
+    int64_t j = 0;
+#define PV_BY_HEAD(T)                                                     \
+    j = pv_by_head_t(T, p, ldp, m, n, v, ldv, v_rows, vs, vs_ld, dv, o, ldo, h)
+    MK_FOR_DTYPE(t, PV_BY_HEAD)
+#undef PV_BY_HEAD
+    return j;
+}
+#endif
+
 /* The entry points: the across-heads loops with the group a constant when
  * the block's rows are whole kv heads of 1, 2, 4 or 8 rows
  * (MK_HEADS_GROUP_SWITCH), the runtime loop otherwise. */
@@ -505,7 +624,20 @@ INLINE void decode_qk_across(const float *q, ptrdiff_t ldq, int64_t m,
                              ptrdiff_t lds, const mk_heads *h)
 {
     const int64_t pr = pass_rows(m, d, t, h);
-    for (int64_t r0 = 0; r0 < m; r0 += pr) {
+#ifdef MK_BY_HEAD
+    if (h->group == 1 && pr < m) {
+        const int64_t j = qk_by_head(q, ldq, m, k, t, ldk, k_rows, ks, ks_ld,
+                                     n, d, s, lds, h);
+        if (k_rows)
+            k_rows += j;
+        else
+            k = (const char *)k + (size_t)(j * ldk) * mk_dtype_size(t);
+        ks = ks ? ks + j * ks_ld : NULL;
+        n -= j;
+        s += j;
+    }
+#endif
+    for (int64_t r0 = 0; r0 < m && n > 0; r0 += pr) {
         const heads_pass ps = pass_at(m, r0, pr, t, ks, h);
 #define QK_HEADS(G)                                                       \
     decode_qk_heads(G, q + r0 * ldq, ldq, ps.rows, k, t, ldk, k_rows,     \
@@ -522,7 +654,20 @@ INLINE void decode_pv_across(const float *p, ptrdiff_t ldp, int64_t m,
                              float *o, ptrdiff_t ldo, const mk_heads *h)
 {
     const int64_t pr = pass_rows(m, dv, t, h);
-    for (int64_t r0 = 0; r0 < m; r0 += pr) {
+#ifdef MK_BY_HEAD
+    if (h->group == 1 && pr < m) {
+        const int64_t j = pv_by_head(p, ldp, m, n, v, t, ldv, v_rows, vs,
+                                     vs_ld, dv, o, ldo, h);
+        if (v_rows)
+            v_rows += j;
+        else
+            v = (const char *)v + (size_t)(j * ldv) * mk_dtype_size(t);
+        vs = vs ? vs + j * vs_ld : NULL;
+        n -= j;
+        p += j;
+    }
+#endif
+    for (int64_t r0 = 0; r0 < m && n > 0; r0 += pr) {
         const heads_pass ps = pass_at(m, r0, pr, t, vs, h);
 #define PV_HEADS(G)                                                       \
     decode_pv_heads(G, p + r0 * ldp, ldp, ps.rows, n, v, t, ldv, v_rows,  \

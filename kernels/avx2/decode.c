@@ -197,13 +197,34 @@ INLINE __m128 hsum4(const __m256 *x)
                            _mm256_extractf128_ps(w, 1));
 }
 
+/* The by-head loops' fetch (MK_BY_HEAD below): the line of run pf that
+ * starts at byte b, if one does, into L2; then what the chunks left of a
+ * run of `bytes` after b0 (the lines past it and the last, an unaligned
+ * run's). A block of keys ahead is 128 KiB of fp32 at d = 128 for 32
+ * heads: fetched into L1 it would be evicted before its head's turn. */
+INLINE void fetch_line_l2(const char *pf, size_t b)
+{
+    if ((b & 63) == 0)
+        _mm_prefetch(pf + b, _MM_HINT_T1);
+}
+INLINE void fetch_rest_l2(const char *pf, size_t b0, size_t bytes)
+{
+    for (size_t o = (b0 + 63) & ~(size_t)63; o < bytes; o += 64)
+        _mm_prefetch(pf + o, _MM_HINT_T1);
+    if (bytes)
+        _mm_prefetch(pf + bytes - 1, _MM_HINT_T1);
+}
+
 /* s[k] = q . key row rows[k] (times sc[k] when t is scaled), k < 4: one
  * query row against four keys, each key's chains those of dot_rows(1,
  * ...), each query chunk loaded once for the four, and the four sums
- * reduced together (hsum4): the same bits as dot_rows, key by key. */
+ * reduced together (hsum4): the same bits as dot_rows, key by key. pf
+ * (unless NULL): runs of d elements to fetch into L2 as the chunks go. */
 INLINE void dot_keys4(const float *q, const char *const *rows, mk_dtype t,
-                      const float *sc, int64_t d, float *s)
+                      const float *sc, int64_t d, float *s,
+                      const char *const *pf)
 {
+    const size_t es = mk_dtype_size(t);
     __m256 a[4][2];
     for (int k = 0; k < 4; k++)
         a[k][0] = a[k][1] = _mm256_setzero_ps();
@@ -213,11 +234,15 @@ INLINE void dot_keys4(const float *q, const char *const *rows, mk_dtype t,
                      q1 = _mm256_loadu_ps(q + c + 8);
         for (int k = 0; k < 4; k++) {
             __m256 k0, k1;
+            if (pf)
+                fetch_line_l2(pf[k], (size_t)c * es);
             load16(rows[k], t, c, &k0, &k1);
             a[k][0] = _mm256_fmadd_ps(q0, k0, a[k][0]);
             a[k][1] = _mm256_fmadd_ps(q1, k1, a[k][1]);
         }
     }
+    for (int k = 0; pf && k < 4; k++)
+        fetch_rest_l2(pf[k], (size_t)c * es, (size_t)d * es);
     if (c + 8 <= d) {
         const __m256 q0 = _mm256_loadu_ps(q + c);
         for (int k = 0; k < 4; k++)
@@ -366,6 +391,68 @@ INLINE void pv_keys(const int K, int64_t R,
         mk_fetch_rest(pf[k], (size_t)c * es, (size_t)dv * es);
 }
 
+/* Keys per call of keys_dot_head and pv_keys_head: decode_heads.h's
+ * loops head by head, where a pass cannot hold every head (32 fp32 heads
+ * at d = 128 on a 32 KiB L1). 8 positions ahead is a block of them:
+ * bench/read_patterns read such a pattern (blhd-x8f) at 0.91 of a plain
+ * stream, where 4 keys a block read 0.85 and two passes of half positions
+ * 0.84 (Zen 4, docs/benchmarks.md). */
+#define MK_BY_HEAD 8
+
+/* s[x] = q . key row rows[x] (times sc[x] when scaled), x < MK_BY_HEAD:
+ * dot_keys4's sums (dot_rows's bits), fetching pf[x] into L2. */
+INLINE void keys_dot_head(const float *q, const char *const *rows,
+                          const char *const *pf, mk_dtype t, const float *sc,
+                          int64_t d, float *s)
+{
+    for (int x = 0; x < MK_BY_HEAD; x += 4)
+        dot_keys4(q, rows + x, t, sc + x, d, s + x, pf + x);
+}
+
+/* o += pk[x] times value row rows[x], x < MK_BY_HEAD in key order (dv
+ * wide): each output chunk loaded and stored once for the keys, each
+ * element one FMA per key, as pv_keys; the runs pf[x] fetched into L2 as
+ * the chunks go. */
+INLINE void pv_keys_head(const float *pk, const char *const *rows,
+                         const char *const *pf, mk_dtype t, int64_t dv,
+                         float *o)
+{
+    const size_t es = mk_dtype_size(t);
+    const int64_t full = dv / 8 * 8;
+    __m256 pb[MK_BY_HEAD];
+    for (int x = 0; x < MK_BY_HEAD; x++)
+        pb[x] = _mm256_set1_ps(pk[x]);
+    int64_t c = 0;
+    for (; c + 16 <= full; c += 16) {
+        __m256 a0 = _mm256_loadu_ps(o + c), a1 = _mm256_loadu_ps(o + c + 8);
+        for (int x = 0; x < MK_BY_HEAD; x++) {
+            __m256 x0, x1;
+            fetch_line_l2(pf[x], (size_t)c * es);
+            load16(rows[x], t, c, &x0, &x1);
+            a0 = _mm256_fmadd_ps(pb[x], x0, a0);
+            a1 = _mm256_fmadd_ps(pb[x], x1, a1);
+        }
+        _mm256_storeu_ps(o + c, a0);
+        _mm256_storeu_ps(o + c + 8, a1);
+    }
+    for (int x = 0; x < MK_BY_HEAD; x++)
+        fetch_rest_l2(pf[x], (size_t)c * es, (size_t)dv * es);
+    for (; c < full; c += 8) {
+        __m256 a = _mm256_loadu_ps(o + c);
+        for (int x = 0; x < MK_BY_HEAD; x++)
+            a = _mm256_fmadd_ps(pb[x], load8(rows[x], t, c), a);
+        _mm256_storeu_ps(o + c, a);
+    }
+    if (full < dv) {
+        const __m256i tail = lanes(dv - full);
+        __m256 a = _mm256_maskload_ps(o + full, tail);
+        for (int x = 0; x < MK_BY_HEAD; x++)
+            a = _mm256_fmadd_ps(pb[x], load_tail(rows[x], t, full, dv - full),
+                                a);
+        _mm256_maskstore_ps(o + full, tail, a);
+    }
+}
+
 /* fp32 spreads its fetch across heads (one query row per kv head) into
  * L1: with the cache in L3 1.2x, from DRAM 1.0-1.06x; the 16-bit and
  * 8-bit types measured level or slower that way on this table's kernels
@@ -408,7 +495,7 @@ INLINE void decode_qk(const float *q, ptrdiff_t ldq, int64_t m,
                     prefetch_row(mk_decode_row(k, ldk, k_rows, es, j + x + ahead),
                                  row_bytes);
             }
-            dot_keys4(q, rows, t, sc, d, s + j);
+            dot_keys4(q, rows, t, sc, d, s + j, NULL);
         }
     for (; j < n; j++) {
         const char *row = mk_decode_row(k, ldk, k_rows, es, j);
