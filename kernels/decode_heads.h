@@ -515,8 +515,9 @@ _Static_assert(MK_BY_HEAD <= MK_HEADS_AHEAD,
  * the block's rows are read as MK_BY_HEAD streams through whole
  * positions, which the passes of half positions 16 KiB apart were not:
  * [B, L, H, D] fp32 (1,32,1,4096,128) and (8,32,1,2048,128) read
- * 1.13-1.16x faster than in two passes, paged 1.16x (1 thread, Zen 4;
- * bench/read_patterns' blhd-x8f against blhd2-fetch, docs/benchmarks.md).
+ * 1.04-1.10x faster than in two passes, paged 1.05-1.07x (1 thread, Zen
+ * 4; level on 2, where memory is saturated; bench/read_patterns'
+ * blhd-x8f against blhd2-fetch, docs/benchmarks.md).
  * The same operations per score and output element as a call per head
  * (keys_dot_head's sums are rows_dot's; pv_keys_head's FMAs go key by
  * key). Returns the keys done, a multiple of MK_BY_HEAD; the rest go
