@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
 
 #include "mha.h"
 
@@ -17,6 +19,27 @@ static inline float bench_value(uint64_t seed, size_t i)
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
     z ^= z >> 31;
     return 2.0f * ((float)(z >> 40) * (1.0f / 16777216.0f)) - 1.0f;
+}
+
+/* Seconds on the monotonic clock: the hand-run tools' timer. */
+static inline double bench_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static inline int bench_by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Quartile q (0, 1, 2 = median, 3, 4) of n values, sorted in place. */
+static inline double bench_quartile(double *x, int n, int q)
+{
+    qsort(x, (size_t)n, sizeof *x, bench_by_value);
+    return x[(n - 1) * q / 4];
 }
 
 /* shim.c: records a formatted message for bench_error(). Returns -1. */

@@ -36,26 +36,6 @@
 
 enum { MAX_ROUNDS = 1000 };
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Quartile q (0, 1, 2 = median, 3, 4) of n values, sorted in place. */
-static double quartile(double *x, int n, int q)
-{
-    qsort(x, (size_t)n, sizeof *x, by_value);
-    return x[(n - 1) * q / 4];
-}
-
 /* A buffer of bytes, 2 MiB aligned and advised onto huge pages when huge
  * (a hint), else 64-byte aligned. NULL on failure. */
 static void *buffer(size_t bytes, int huge)
@@ -187,7 +167,7 @@ int main(int argc, char **argv)
             }
     /* Calls per batch: about 50 ms of the first layout. */
     int reps = 0;
-    for (double t0 = now(); now() - t0 < 0.05; reps++)
+    for (double t0 = bench_now(); bench_now() - t0 < 0.05; reps++)
         (void)mha_attention(e, &args[0]);
 
     const double bytes = 2.0 * (double)nk * (double)es;
@@ -195,15 +175,15 @@ int main(int argc, char **argv)
     for (int r = 0; r < rounds; r++) {
         for (int s = 0; s < 3; s++) {
             const int which = (r + s) % 3; /* 0, 1: layouts; 2: membw */
-            const double t0 = now();
+            const double t0 = bench_now();
             if (which == 2) {
                 const double read = bench_membw_run(threads);
-                rate[2][r] = read / (now() - t0) * 1e-9;
+                rate[2][r] = read / (bench_now() - t0) * 1e-9;
                 continue;
             }
             for (int i = 0; i < reps; i++)
                 (void)mha_attention(e, &args[which]);
-            rate[which][r] = bytes * reps / (now() - t0) * 1e-9;
+            rate[which][r] = bytes * reps / (bench_now() - t0) * 1e-9;
         }
         ratio[0][r] = rate[0][r] / rate[1][r];
         ratio[1][r] = rate[0][r] / rate[2][r];
@@ -217,13 +197,13 @@ int main(int argc, char **argv)
     const char *names[3] = {"[B, L, H, D]", "[B, H, L, D]", "membw"};
     for (int j = 0; j < 3; j++)
         printf("  %-13s %6.1f GB/s (quartiles %.1f-%.1f)\n", names[j],
-               quartile(rate[j], rounds, 2), quartile(rate[j], rounds, 1),
-               quartile(rate[j], rounds, 3));
+               bench_quartile(rate[j], rounds, 2), bench_quartile(rate[j], rounds, 1),
+               bench_quartile(rate[j], rounds, 3));
     const char *rnames[3] = {"BLHD / BHSD", "BLHD / membw", "BHSD / membw"};
     for (int j = 0; j < 3; j++)
         printf("  %-13s %6.3f (quartiles %.3f-%.3f)\n", rnames[j],
-               quartile(ratio[j], rounds, 2), quartile(ratio[j], rounds, 1),
-               quartile(ratio[j], rounds, 3));
+               bench_quartile(ratio[j], rounds, 2), bench_quartile(ratio[j], rounds, 1),
+               bench_quartile(ratio[j], rounds, 3));
     mha_engine_destroy(e);
     free(q);
     free(out);
