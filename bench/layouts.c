@@ -4,7 +4,7 @@
  * placement of two buffers in it.
  *
  *   layouts [--isa NAME] [--threads N] [--rounds R] [--dtype f32|f16|bf16]
- *           [--huge] [--lq N] B H KV LK D
+ *           [--huge] [--lq N] [--json FILE] B H KV LK D
  *
  * mha_bench gives each case buffers of its own. On 4 KiB pages under a
  * hypervisor where a buffer's pages land moved its decode rate by up to
@@ -16,9 +16,10 @@
  * rates and of the per-round ratios are printed with their quartiles.
  * --huge advises the K/V buffers onto 2 MiB pages (madvise; where the
  * system allows them). --lq N reads N queries a sequence (a speculative
- * decode step; bottom-right causal) instead of 1. scripts/bench --quick
- * runs it once on a tiny shape, as a smoke test; the timed sweep does not
- * run it.
+ * decode step; bottom-right causal) instead of 1. --json FILE appends
+ * the ratios' quartiles as one JSON object a run: scripts/bench runs the
+ * decode shapes of issue 19 so after its sweep and its report prints them
+ * (--quick: once, on a tiny shape, as a smoke test).
  */
 #define _DEFAULT_SOURCE /* madvise */
 #include <stdint.h>
@@ -73,7 +74,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: layouts [--isa NAME] [--threads N] [--rounds R] "
                     "[--dtype f32|f16|bf16] [--huge] [--lq N] "
-                    "B H KV LK D\n");
+                    "[--json FILE] B H KV LK D\n");
     return 2;
 }
 
@@ -81,6 +82,7 @@ int main(int argc, char **argv)
 {
     mha_isa isa = MHA_ISA_AUTO;
     int threads = 1, rounds = 15, huge = 0, pos = 0, lq = 1;
+    const char *json = NULL;
     mha_dtype t = MHA_F32;
     long long dims[5];
     for (int i = 1; i < argc; i++) {
@@ -104,6 +106,8 @@ int main(int argc, char **argv)
                 return usage();
         } else if (!strcmp(a, "--lq") && i + 1 < argc) {
             lq = atoi(argv[++i]);
+        } else if (!strcmp(a, "--json") && i + 1 < argc) {
+            json = argv[++i];
         } else if (!strcmp(a, "--huge")) {
             huge = 1;
         } else if (a[0] != '-' && pos < 5) {
@@ -158,6 +162,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "layouts: mha_engine_create: %s\n", mha_last_error());
         return 1;
     }
+    isa = mha_engine_isa(e); /* AUTO resolved, for the lines printed */
     for (int w = 0; w < 3; w++)
         for (int l = 0; l < 2; l++)
             if (mha_attention(e, &args[l]) != MHA_OK) {
@@ -200,14 +205,39 @@ int main(int argc, char **argv)
                bench_quartile(rate[j], rounds, 2), bench_quartile(rate[j], rounds, 1),
                bench_quartile(rate[j], rounds, 3));
     const char *rnames[3] = {"BLHD / BHSD", "BLHD / membw", "BHSD / membw"};
-    for (int j = 0; j < 3; j++)
-        printf("  %-13s %6.3f (quartiles %.3f-%.3f)\n", rnames[j],
-               bench_quartile(ratio[j], rounds, 2), bench_quartile(ratio[j], rounds, 1),
-               bench_quartile(ratio[j], rounds, 3));
+    const char *keys[3] = {"blhd_bhsd", "blhd_membw", "bhsd_membw"};
+    FILE *f = json ? fopen(json, "a") : NULL;
+    if (f)
+        fprintf(f,
+                "{\"tool\": \"layouts\", \"dtype\": \"%s\", "
+                "\"shape\": \"B%lld_H%lld_KV%lld_Lq%d_Lk%lld_D%lld\", "
+                "\"isa\": \"%s\", \"threads\": %d, \"rounds\": %d, "
+                "\"ratios\": {",
+                mha_dtype_name(t), (long long)B, (long long)H, (long long)KV,
+                lq, (long long)LK, (long long)D, mha_isa_name(isa), threads,
+                rounds);
+    for (int j = 0; j < 3; j++) {
+        const double q1 = bench_quartile(ratio[j], rounds, 1),
+                     q2 = bench_quartile(ratio[j], rounds, 2),
+                     q3 = bench_quartile(ratio[j], rounds, 3);
+        printf("  %-13s %6.3f (quartiles %.3f-%.3f)\n", rnames[j], q2, q1,
+               q3);
+        if (f)
+            fprintf(f, "%s\"%s\": [%.4f, %.4f, %.4f]", j ? ", " : "",
+                    keys[j], q1, q2, q3);
+    }
+    int status = 0;
+    if (f) {
+        fprintf(f, "}}\n");
+        fclose(f);
+    } else if (json) {
+        fprintf(stderr, "layouts: cannot append to %s\n", json);
+        status = 1;
+    }
     mha_engine_destroy(e);
     free(q);
     free(out);
     free(k);
     free(v);
-    return 0;
+    return status;
 }

@@ -3,7 +3,8 @@
  * against the FMA peak, N threads against one, and the bf16 and fp16
  * compute dtypes against fp32.
  *
- *   ratios [--isa NAME] [--threads N] [--rounds R] [--layer] B H L D
+ *   ratios [--isa NAME] [--threads N] [--rounds R] [--layer]
+ *          [--json FILE] B H L D
  *
  * mha_bench runs each case (and the peak) in a process of its own, in
  * sequence, so on a shared host two rows can be minutes apart and each
@@ -19,8 +20,10 @@
  * E = H * D) in fp32 on 1 and on N threads, and the bf16 compute dtype
  * (attention_bf16/, layer_bf16/) and, for attention, fp16 (attention_f16/)
  * on 1 thread, with K/V of that dtype as those kinds. Lq = Lk = L.
- * scripts/bench --quick runs it once on a tiny shape, as a smoke test;
- * the timed sweep does not run it.
+ * --json FILE appends the ratios' quartiles as one JSON object a run:
+ * scripts/bench runs the prefill and layer shapes of the sweep so after
+ * it and its report prints them (--quick: once, on a tiny shape, as a
+ * smoke test).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -40,7 +43,7 @@ enum { PEAK1, PEAKN, F32_1, F32_N, BF16_1, F16_1, VARIANTS };
 static int usage(void)
 {
     fprintf(stderr, "usage: ratios [--isa NAME] [--threads N] [--rounds R] "
-                    "[--layer] B H L D\n");
+                    "[--layer] [--json FILE] B H L D\n");
     return 2;
 }
 
@@ -94,6 +97,7 @@ int main(int argc, char **argv)
 {
     mha_isa isa = MHA_ISA_AUTO;
     int threads = 2, rounds = 11, layer = 0, pos = 0;
+    const char *json = NULL;
     long long dims[4];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -104,6 +108,8 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         } else if (!strcmp(a, "--rounds") && i + 1 < argc) {
             rounds = atoi(argv[++i]);
+        } else if (!strcmp(a, "--json") && i + 1 < argc) {
+            json = argv[++i];
         } else if (!strcmp(a, "--layer")) {
             layer = 1;
         } else if (a[0] != '-' && pos < 4) {
@@ -202,13 +208,13 @@ int main(int argc, char **argv)
                dims[3], mha_isa_name(isa), threads, rounds);
         /* The per-round ratios first: bench_quartile() sorts its input. */
         const struct {
-            const char *name;
+            const char *name, *key; /* key: the JSON's */
             int num, den;
-        } rs[] = {{"fp32 1 thread / fma_peak", F32_1, PEAK1},
-                  {"fp32 N / 1 threads", F32_N, F32_1},
-                  {"fma_peak N / 1 threads", PEAKN, PEAK1},
-                  {"bf16 / fp32, 1 thread", BF16_1, F32_1},
-                  {"fp16 / fp32, 1 thread", F16_1, F32_1}};
+        } rs[] = {{"fp32 1 thread / fma_peak", "peak", F32_1, PEAK1},
+                  {"fp32 N / 1 threads", "threads", F32_N, F32_1},
+                  {"fma_peak N / 1 threads", "peak_threads", PEAKN, PEAK1},
+                  {"bf16 / fp32, 1 thread", "bf16", BF16_1, F32_1},
+                  {"fp16 / fp32, 1 thread", "f16", F16_1, F32_1}};
         static double ratio[sizeof rs / sizeof rs[0]][MAX_ROUNDS];
         for (size_t j = 0; j < sizeof rs / sizeof rs[0]; j++)
             for (int r = 0; r < rounds; r++)
@@ -219,13 +225,37 @@ int main(int argc, char **argv)
                    bench_quartile(rate[w], rounds, 2), bench_quartile(rate[w], rounds, 1),
                    bench_quartile(rate[w], rounds, 3));
         }
+        FILE *f = json ? fopen(json, "a") : NULL;
+        if (json && !f) {
+            fprintf(stderr, "ratios: cannot append to %s\n", json);
+            status = 1;
+        }
+        if (f)
+            fprintf(f,
+                    "{\"tool\": \"ratios\", \"kind\": \"%s\", "
+                    "\"shape\": \"B%lld_H%lld_KV%lld_Lq%lld_Lk%lld_D%lld\", "
+                    "\"isa\": \"%s\", \"threads\": %d, \"rounds\": %d, "
+                    "\"ratios\": {",
+                    layer ? "layer" : "attention", dims[0], dims[1], dims[1],
+                    dims[2], dims[2], dims[3], mha_isa_name(isa), threads,
+                    rounds);
+        const char *sep = "";
         for (size_t j = 0; j < sizeof rs / sizeof rs[0]; j++) {
             if (!vs[rs[j].num].c && vs[rs[j].num].peak_threads == 0)
                 continue;
-            printf("  %-26s %7.3f (quartiles %.3f-%.3f)\n", rs[j].name,
-                   bench_quartile(ratio[j], rounds, 2),
-                   bench_quartile(ratio[j], rounds, 1),
-                   bench_quartile(ratio[j], rounds, 3));
+            const double q1 = bench_quartile(ratio[j], rounds, 1),
+                         q2 = bench_quartile(ratio[j], rounds, 2),
+                         q3 = bench_quartile(ratio[j], rounds, 3);
+            printf("  %-26s %7.3f (quartiles %.3f-%.3f)\n", rs[j].name, q2,
+                   q1, q3);
+            if (f)
+                fprintf(f, "%s\"%s\": [%.4f, %.4f, %.4f]", sep, rs[j].key,
+                        q1, q2, q3);
+            sep = ", ";
+        }
+        if (f) {
+            fprintf(f, "}}\n");
+            fclose(f);
         }
     }
     for (int w = 0; w < VARIANTS; w++)

@@ -294,6 +294,7 @@ def report(context, results, command, load_end=None):
         "(half-precision K/V) = this row's speed over the fp32 case of the "
         "same shape, ISA and thread count.",
     ] + busy_warning(context, load_end) + [""] + tables(context, results)
+    out += inproc_tables(INPROC_ROWS, "####")
     return "\n".join(out) + "\n"
 
 
@@ -352,6 +353,61 @@ def mpi_tables(rows):
                 "1 rank × the same cores' time over this row's)", "",
                 table(["ranks × threads", "ms", "GFLOP/s", "× 1 rank",
                        "rounds"], body)]
+    return out
+
+
+# Issue 19's ratios measured in one process (bench/ratios, bench/layouts;
+# one JSON object a run), set by --inproc.
+INPROC_ROWS = []
+
+
+def quartiles(ratios, key):
+    """A ratio's median with its quartiles, as a cell."""
+    q = ratios.get(key)
+    return "—" if not q else f"{q[1]:.3f} ({q[0]:.3f}-{q[2]:.3f})"
+
+
+def ratio_rows(runs, lead, keys):
+    """Table rows: lead(run)'s cells, the ratios' cells, the rounds."""
+    return [lead(r) + [quartiles(r["ratios"], k) for k in keys] +
+            [str(r["rounds"])] for r in runs]
+
+
+def inproc_tables(rows, level):
+    """The in-process ratios as markdown lines: prefill and the layer
+    (bench/ratios), then decode's layouts (bench/layouts), each heading at
+    the given level."""
+    if not rows:
+        return []
+    out = []
+    pre = [r for r in rows if r.get("tool") == "ratios"]
+    if pre:
+        n = pre[0]["threads"]
+        body = ratio_rows(pre, lambda r: [f"{r['kind']}/{r['shape']}",
+                                          r["isa"]],
+                          ["peak", "threads", "peak_threads", "bf16", "f16"])
+        out += ["", f"{level} Prefill and the layer in one process "
+                "(bench/ratios)", "",
+                "Each round times a batch of every variant in rotating "
+                "order; medians of the per-round ratios, quartiles in "
+                "brackets. The half dtypes run on 1 thread, K/V of the "
+                "same dtype.", "",
+                table(["case", "ISA", "fp32 1 thread / fma_peak",
+                       f"fp32 {n} / 1 threads", f"fma_peak {n} / 1 threads",
+                       "bf16 / fp32", "fp16 / fp32", "rounds"], body)]
+    dec = [r for r in rows if r.get("tool") == "layouts"]
+    if dec:
+        body = ratio_rows(dec, lambda r: [f"decode/{r['shape']}",
+                                          r["dtype"], r["isa"],
+                                          str(r["threads"])],
+                          ["blhd_bhsd", "blhd_membw", "bhsd_membw"])
+        out += ["", f"{level} Decode from both layouts in one process "
+                "(bench/layouts)", "",
+                "One K and one V buffer read as [B, L, H, D] and as "
+                "[B, H, L, D], alternating with the membw loop; medians of "
+                "the per-round ratios, quartiles in brackets.", "",
+                table(["case", "K/V", "ISA", "threads", "BLHD / BHSD",
+                       "BLHD / membw", "BHSD / membw", "rounds"], body)]
     return out
 
 
@@ -502,6 +558,13 @@ def publish(context, results, command, load_end, cpu_path, page):
                 "(decode); × blas compares with the OpenBLAS baseline on "
                 f"{most} threads. Every ISA and thread count is in the "
                 "tables below.", "", text]
+    if INPROC_ROWS:
+        out += ["", "## Ratios in one process", "",
+                "On a shared host the rows of the tables run minutes apart, "
+                "each in a process of its own, and carry the load of their "
+                "moment. The ratios issue 19 sets are measured here with "
+                "every side in one process, alternating."]
+        out += inproc_tables(INPROC_ROWS, "###")
     out += ["", "## How to read the tables", "",
             "Every figure has a reference measured in the same run:",
             "",
@@ -626,11 +689,17 @@ def main():
                     "(default: this machine's /proc/cpuinfo)")
     ap.add_argument("--mpi", metavar="JSONL",
                     help="bench/mpi_layer's runs, one JSON object a line")
+    ap.add_argument("--inproc", metavar="JSONL",
+                    help="bench/ratios' and bench/layouts' runs, one JSON "
+                    "object a line")
     args = ap.parse_args()
 
     if args.mpi and os.path.exists(args.mpi):
         with open(args.mpi, encoding="utf-8") as f:
             MPI_ROWS.extend(json.loads(line) for line in f if line.strip())
+    if args.inproc and os.path.exists(args.inproc):
+        with open(args.inproc, encoding="utf-8") as f:
+            INPROC_ROWS.extend(json.loads(line) for line in f if line.strip())
     context, results, errors = load(args.json)
     text = report(context, results, args.command, args.load_end)
     print(text)
