@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include "attention.h"
+#include "test_hooks.h"
 
 struct mha_layer {
     const mha_engine *engine;
@@ -25,6 +26,11 @@ struct mha_layer {
     float *w[4];
     int bf16[4];
     float *b[4]; /* their biases, or NULL (a shard has no out bias) */
+    /* q, k and v take E inputs and their packs end on whole panels: w[0]
+     * and b[0] are one allocation holding all three in order (w[1], w[2],
+     * b[1], b[2] point into it), which is the pack of the [3w, E] stacked
+     * weight, so self-attention projects them as one multiply (project). */
+    int fused;
     /* A call's workspace of MHA_ALLOC_HUGE_BYTES or more, kept for the
      * next call (ws_take): the one field a call changes, atomically. */
     _Atomic(char *) spare;
@@ -45,14 +51,20 @@ enum { PQ, PK, PV, PO };
  * one L1 set, more rows than its ways for the 12-row AVX-512 strip. */
 #define LINEAR_PAD 16
 
+int mha_test_layer_fused(const mha_layer *layer)
+{
+    return layer->fused;
+}
+
 void mha_layer_destroy(mha_layer *layer)
 {
     if (!layer)
         return;
-    for (int i = 0; i < 4; i++) {
-        mha_free(layer->w[i]);
-        mha_free(layer->b[i]);
-    }
+    for (int i = 0; i < 4; i++)
+        if (!layer->fused || i == 0 || i == 3) { /* else inside w[0], b[0] */
+            mha_free(layer->w[i]);
+            mha_free(layer->b[i]);
+        }
     mha_free(atomic_load(&layer->spare));
     mha_free(layer);
 }
@@ -277,13 +289,28 @@ mha_status mha_layer_create(const mha_engine *engine,
     l->first = first, l->count = count, l->width = w;
     l->shard = desc->shard_heads != 0;
     l->dtype = desc->dtype;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 4; i++)
         l->bf16[i] = l->dtype == MHA_BF16 && t->half[MK_HALF_BF16].qk && in[i] % 2 == 0;
+    /* One stacked pack for q, k and v when they share their input width
+     * and w fills whole panels: a pack is panels of the table's width, one
+     * after another, so three packs of whole panels laid end to end are
+     * the pack of the stacked rows (kernels.h, mk_pack_fn). bias[0..2]
+     * come from in_proj_bias together or not at all. */
+    const int64_t depth = l->bf16[0] ? e / 2 : e;
+    l->fused = kdim == e && vdim == e &&
+               t->packed_floats(w, depth) == (size_t)(w * depth);
+    for (int i = 0; i < 4; i++) {
         size_t floats = l->bf16[i] ? t->packed_floats(n[i], in[i] / 2)
                                    : t->packed_floats(n[i], in[i]);
-        l->w[i] = mha_alloc(floats * sizeof(float));
-        if (bias[i])
-            l->b[i] = mha_alloc((size_t)n[i] * sizeof(float));
+        if (l->fused && (i == 1 || i == 2)) {
+            l->w[i] = l->w[0] + (size_t)i * floats;
+            l->b[i] = bias[i] ? l->b[0] + i * w : NULL;
+        } else {
+            const int stack = l->fused && i == 0 ? 3 : 1;
+            l->w[i] = mha_alloc((size_t)stack * floats * sizeof(float));
+            if (bias[i])
+                l->b[i] = mha_alloc((size_t)(stack * n[i]) * sizeof(float));
+        }
         if (!l->w[i] || (bias[i] && !l->b[i]) ||
             pack_weights(t, l, i, src[i], ld[i], n[i], in[i]) != MHA_OK) {
             mha_layer_destroy(l);
@@ -317,7 +344,8 @@ static int64_t project_scratch_floats(const mha_layer *l)
     k = k > l->width ? k : l->width;
     if (l->dtype == MHA_F32)
         return LINEAR_ROWS * (k + LINEAR_PAD);
-    int64_t n = l->e > l->width ? l->e : l->width;
+    int64_t n = l->fused ? 3 * l->width : l->width;
+    n = l->e > n ? l->e : n;
     return LINEAR_ROWS * (k + n);
 }
 
@@ -480,6 +508,9 @@ typedef struct {
     rows_of rq, rk, rv, ro;
     int64_t nkv, nw_q, total;
     int average;
+    /* Self-attention over a fused layer: q, k and v projected as one
+     * multiply into [B, L, 3w] rows, the heads read at stride 3w. */
+    int fused;
 } layer_call;
 
 /* Everything mha_layer_forward_ex checks, nothing written. */
@@ -576,9 +607,21 @@ static mha_status layer_prepare(const mha_layer *layer,
      * query one element off 4 bytes planned the attention off its native
      * bf16 slots (half_native) while reading the aligned buffers. */
     static const _Alignas(64) float aligned_placeholder[1];
-    const mha_tensor hq = view(aligned_placeholder, dt, batch, lq, h, d),
-                     hk = view(aligned_placeholder, dt, batch, lk, h, d),
-                     ho = view(aligned_placeholder, dt, batch, lq, h, d);
+    mha_tensor hq = view(aligned_placeholder, dt, batch, lq, h, d),
+               hk = view(aligned_placeholder, dt, batch, lk, h, d);
+    const mha_tensor ho = view(aligned_placeholder, dt, batch, lq, h, d);
+    /* One input array at one set of strides is self-attention: its q, k
+     * and v rows are the same rows (a fused layer's inputs are all E
+     * wide). The heads then sit in the stacked rows, w and 2w elements
+     * in: w fills whole panels, so each head stays as aligned as in a
+     * buffer of its own. */
+    c->fused = layer->fused && query == key && key == value && lq == lk &&
+               c->rk.sb == c->rq.sb && c->rk.ss == c->rq.ss &&
+               c->rv.sb == c->rq.sb && c->rv.ss == c->rq.ss;
+    if (c->fused) {
+        hq.stride_seq = hk.stride_seq = 3 * w;
+        hq.stride_batch = hk.stride_batch = 3 * w * lq; /* 3 nq w: checked */
+    }
     mha_problem_init(&c->p, &hq, &hk, &hk, &ho, &m, 0.0f,
                      c->average ? out : args->weights);
     c->p.terms = terms;
@@ -632,11 +675,25 @@ mha_status mha_layer_forward_ex(const mha_layer *layer,
     /* qp, kp, vp, cat: [B, L, w] of the layer's dtype (a bf16 layer uses
      * half of each). */
     const rows_of packed_q = {lq * w, w}, packed_kv = {lk * w, w};
-    project(layer, PQ, query, rq, batch, lq, e, w, qp, packed_q, tmp);
-    project(layer, PK, key, rk, batch, lk, layer->kdim, w, kp, packed_kv, tmp);
-    project(layer, PV, value, rv, batch, lk, layer->vdim, w, vp, packed_kv,
-            tmp);
-    p.q = qp, p.k = kp, p.v = vp, p.out = cat;
+    if (c.fused) {
+        /* [B, L, 3w] over qp, kp and vp (3 nq w elements, nkv = nq): the
+         * stacked pack's columns are q's, k's and v's, each element the
+         * same sum as its own projection's. */
+        const rows_of packed_qkv = {lq * 3 * w, 3 * w};
+        const size_t es = mha_dtype_size(layer->dtype);
+        project(layer, PQ, query, rq, batch, lq, e, 3 * w, qp, packed_qkv,
+                tmp);
+        p.q = qp, p.k = (char *)qp + (size_t)w * es;
+        p.v = (char *)qp + (size_t)(2 * w) * es;
+    } else {
+        project(layer, PQ, query, rq, batch, lq, e, w, qp, packed_q, tmp);
+        project(layer, PK, key, rk, batch, lk, layer->kdim, w, kp, packed_kv,
+                tmp);
+        project(layer, PV, value, rv, batch, lk, layer->vdim, w, vp,
+                packed_kv, tmp);
+        p.q = qp, p.k = kp, p.v = vp;
+    }
+    p.out = cat;
     if (average)
         p.weights = wh;
     mha_attention_run(&en->kernels, &p, &pl, scratch);

@@ -8,4 +8,9 @@
  * Process-wide. */
 long mha_test_fail_alloc_after(long n);
 
+/* Whether the layer packed its q, k and v projections as one stacked
+ * [3w, E] weight (self-attention then projects them in one multiply). */
+struct mha_layer;
+int mha_test_layer_fused(const struct mha_layer *layer);
+
 #endif

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "oracle.h"
+#include "test_hooks.h"
 #include "util.h"
 
 typedef struct layer_case {
@@ -596,6 +597,9 @@ static void *lay_out(const void *x, size_t es, int64_t B, int64_t L,
 }
 
 static const int STRIDED_CASES[] = {0, 3, 5};
+/* The self-attention cases: E 64 and 512 (stacked on every table), 48
+ * (on tables of 16-wide panels), 40 and 8 (never). */
+static const int SELF_CASES[] = {0, 1, 5, 7, 9};
 
 /* The layer of desc d on a 2-thread engine of isa (*e, to destroy after
  * the layer). */
@@ -717,6 +721,67 @@ START_TEST(layer_strided_rows)
 END_TEST
 
 /* Only fp32 and bf16 layers, and no bf16 shard. */
+/* Self-attention through a layer whose q, k and v share a stacked pack
+ * (one multiply into [B, L, 3w] rows) against the same layer given key
+ * and value as copies of the query (three projections into buffers of
+ * their own): the same sums in the same order, so the outputs and
+ * weights are bitwise equal, on every ISA, fp32 and bf16. A layer of E a
+ * multiple of 32 (every table's panel width divides it) must take the
+ * stacked pack. */
+START_TEST(layer_fused_matches_separate)
+{
+    const layer_case *c = &CASES[SELF_CASES[_i / 2]];
+    const int bf16 = _i % 2;
+    const size_t es = bf16 ? 2 : 4;
+    layer_problem p;
+    make_problem(c, 1700 + (uint64_t)_i, &p);
+    const case_sizes z = sizes_of(c);
+    ck_assert(c->self && z.kdim == z.e && z.vdim == z.e);
+    void *x = bf16 ? as_dtype(p.query, z.nq, MHA_BF16) : p.query;
+    char *x2 = test_alloc(z.nq * es), *x3 = test_alloc(z.nq * es);
+    memcpy(x2, x, z.nq * es);
+    memcpy(x3, x, z.nq * es);
+    char *fused = test_alloc(z.n_out * es), *apart = test_alloc(z.n_out * es);
+    float *wf = c->weights ? test_alloc(z.n_w * sizeof *wf) : NULL;
+    float *wa = c->weights ? test_alloc(z.n_w * sizeof *wa) : NULL;
+    mha_layer_desc d = p.desc;
+    d.dtype = bf16 ? MHA_BF16 : MHA_F32;
+    mha_isa isas[TEST_MAX_ISAS];
+    int n_isa = available_isas(isas);
+    for (int t = 0; t < n_isa + emulated_engines(); t++) {
+        const char *isa = walk_isa_name(t, isas, n_isa);
+        mha_engine *en = make_walk_engine(t, isas, n_isa, 0);
+        mha_layer *l = NULL;
+        ck_assert_int_eq(mha_layer_create(en, &d, &l), MHA_OK);
+        if (c->e % 32 == 0)
+            ck_assert_msg(mha_test_layer_fused(l),
+                          "%s [%s]: E %lld did not stack q, k, v", c->name,
+                          isa, (long long)c->e);
+        mha_layer_args a = {.query = x, .key = x, .value = x, .out = fused,
+                            .batch = c->b, .lq = c->lq, .lk = c->lk,
+                            .mask = c->mask ? &p.mask : NULL, .weights = wf};
+        fill_sentinel((float *)(void *)fused, z.n_out * es / 4);
+        ck_assert_int_eq(mha_layer_forward_ex(l, &a), MHA_OK);
+        a.key = x2, a.value = x3, a.out = apart, a.weights = wa;
+        fill_sentinel((float *)(void *)apart, z.n_out * es / 4);
+        ck_assert_int_eq(mha_layer_forward_ex(l, &a), MHA_OK);
+        for (size_t i = 0; i < z.n_out; i++)
+            REQUIRE(memcmp(fused + i * es, apart + i * es, es) == 0,
+                    "%s [%s] %s: out[%zu] differs between one input array "
+                    "and three", c->name, isa, bf16 ? "bf16" : "fp32", i);
+        if (wf)
+            ck_assert_msg(memcmp(wf, wa, z.n_w * sizeof *wf) == 0,
+                          "%s [%s]: weights differ", c->name, isa);
+        mha_layer_destroy(l);
+        mha_engine_destroy(en);
+    }
+    if (bf16)
+        free(x);
+    free(x2), free(x3), free(fused), free(apart), free(wf), free(wa);
+    free_problem(&p);
+}
+END_TEST
+
 START_TEST(layer_dtype_refused)
 {
     layer_problem p;
@@ -758,6 +823,8 @@ Suite *suite_layer(void)
     tcase_add_loop_test(tc, layer_strided_rows, 0,
                         2 * (int)(sizeof STRIDED_CASES / sizeof STRIDED_CASES[0]));
     tcase_add_loop_test(tc, layer_shards_sum_to_layer, 0, 2 * N_CASES);
+    tcase_add_loop_test(tc, layer_fused_matches_separate, 0,
+                        2 * (int)(sizeof SELF_CASES / sizeof SELF_CASES[0]));
     suite_add_tcase(s, tc);
     return s;
 }
