@@ -230,6 +230,20 @@ static inline void mk_td_pv_check(const float *p, ptrdiff_t ldp, int64_t m,
 #define MK_TD_LINEAR_NC 256
 #endif
 
+/* Runs CALL(flags) with the linear's tile flags (constants) for a panel
+ * of nr columns, with or without a bias. */
+#define MK_TD_LINEAR_FLAGS(bias, nr, CALL)                                \
+    do {                                                                  \
+        if ((bias) && (nr) < MK_TILE_NR)                                  \
+            CALL(MK_TILE_ADD_BIAS | MK_TILE_C_NARROW);                    \
+        else if (bias)                                                    \
+            CALL(MK_TILE_ADD_BIAS);                                       \
+        else if ((nr) < MK_TILE_NR)                                       \
+            CALL(MK_TILE_C_NARROW);                                       \
+        else                                                              \
+            CALL(0);                                                      \
+    } while (0)
+
 /* One strip of mr rows of a against the panels of columns j0..j1-1, the
  * bias added once after the sum, the last panel narrowed. */
 MK_TD_INLINE void mk_td_linear_strip(const int mr, const float *a,
@@ -240,25 +254,50 @@ MK_TD_INLINE void mk_td_linear_strip(const int mr, const float *a,
 {
     for (int64_t j = j0; j < j1; j += MK_TILE_NR) {
         const float *panel = wp + j * k;
+        const float *bj = bias ? bias + j : NULL;
         const int64_t nr = j1 - j < MK_TILE_NR ? j1 - j : MK_TILE_NR;
-#define MK_TD_LINEAR_TILE(FLAGS, BIAS)                                  \
-    MK_TILE(mr, FLAGS, k, a, lda, panel, MK_TILE_NR, NULL, BIAS, c + j, \
-            ldc, nr)
-        if (bias && nr < MK_TILE_NR)
-            MK_TD_LINEAR_TILE(MK_TILE_ADD_BIAS | MK_TILE_C_NARROW, bias + j);
-        else if (bias)
-            MK_TD_LINEAR_TILE(MK_TILE_ADD_BIAS, bias + j);
-        else if (nr < MK_TILE_NR)
-            MK_TD_LINEAR_TILE(MK_TILE_C_NARROW, NULL);
-        else
-            MK_TD_LINEAR_TILE(0, NULL);
+#define MK_TD_LINEAR_TILE(FLAGS)                                          \
+    MK_TILE(mr, FLAGS, k, a, lda, panel, MK_TILE_NR, NULL, bj, c + j, ldc, nr)
+        MK_TD_LINEAR_FLAGS(bj, nr, MK_TD_LINEAR_TILE);
 #undef MK_TD_LINEAR_TILE
     }
 }
 
-/* The linear slot (kernels.h): columns in blocks of MK_TD_LINEAR_NC, each
- * swept by every strip of a. wp is packed by the ISA's pack (ldx = k) for
- * n x k. */
+/* Every strip of rows [0, m) of a against one panel of nr columns. */
+MK_TD_INLINE void mk_td_linear_panel(const unsigned flags, const float *a,
+                                     ptrdiff_t lda, int64_t m,
+                                     const float *panel, int64_t k,
+                                     const float *bias, float *c,
+                                     ptrdiff_t ldc, int64_t nr)
+{
+#define MK_TD_LINEAR_PANEL_STRIP(mr, i0)                                  \
+    MK_TILE(mr, flags, k, a + (i0) * lda, lda, panel, MK_TILE_NR, NULL,   \
+            bias, c + (i0) * ldc, ldc, nr)
+    MK_TD_STRIPS(m, MK_TD_LINEAR_PANEL_STRIP);
+#undef MK_TD_LINEAR_PANEL_STRIP
+}
+
+/* The order of the linear's tiles, set by the ISA before including this
+ * header. 0: columns in blocks of MK_TD_LINEAR_NC, each block swept by
+ * every strip of a, so a strip reads every panel of the block. 1 (panel
+ * by panel): rows in blocks of MK_TD_LINEAR_MC, each panel read by every
+ * strip of the row block before the next, so one panel (MK_TILE_NR x k
+ * floats) and the row block stay in L2, where order 0 streams the whole
+ * column block once a strip, from L3 once the block passes L2 (256
+ * columns x k = 512 are 512 KiB, Zen 3's whole L2; docs/benchmarks.md).
+ * Either order sums every element as one in-order chain over k, the bias
+ * added after it. In order 1 the flags are chosen once a panel, outside
+ * its strips: chosen per tile inside them, the same tiles ran 0.88-0.97x
+ * (gcc 12). */
+#ifndef MK_TD_LINEAR_PANEL_MAJOR
+#define MK_TD_LINEAR_PANEL_MAJOR 0
+#endif
+#ifndef MK_TD_LINEAR_MC
+#define MK_TD_LINEAR_MC 96
+#endif
+
+/* The linear slot (kernels.h), in the order above. wp is packed by the
+ * ISA's pack (ldx = k) for n x k. */
 static inline void mk_td_linear(const float *a, ptrdiff_t lda, int64_t m,
                                 const float *wp, int64_t n, int64_t k,
                                 const float *bias, float *c, ptrdiff_t ldc)
@@ -266,6 +305,22 @@ static inline void mk_td_linear(const float *a, ptrdiff_t lda, int64_t m,
     assert(m >= 0 && n >= 0 && k >= 0 && lda >= 0);
     assert((m == 0 || n == 0) || (a && wp && c));
     assert(m <= 1 || ldc >= n);
+    if (MK_TD_LINEAR_PANEL_MAJOR) {
+        for (int64_t i0 = 0; i0 < m; i0 += MK_TD_LINEAR_MC) {
+            const int64_t mb = m - i0 < MK_TD_LINEAR_MC ? m - i0
+                                                        : MK_TD_LINEAR_MC;
+            for (int64_t j = 0; j < n; j += MK_TILE_NR) {
+                const float *bj = bias ? bias + j : NULL;
+                const int64_t nr = n - j < MK_TILE_NR ? n - j : MK_TILE_NR;
+#define MK_TD_LINEAR_PANEL(FLAGS)                                         \
+    mk_td_linear_panel(FLAGS, a + i0 * lda, lda, mb, wp + j * k, k, bj,   \
+                       c + i0 * ldc + j, ldc, nr)
+                MK_TD_LINEAR_FLAGS(bj, nr, MK_TD_LINEAR_PANEL);
+#undef MK_TD_LINEAR_PANEL
+            }
+        }
+        return;
+    }
     for (int64_t j0 = 0; j0 < n; j0 += MK_TD_LINEAR_NC) {
         const int64_t j1 = n - j0 < MK_TD_LINEAR_NC ? n : j0 + MK_TD_LINEAR_NC;
 #define MK_TD_LINEAR_STRIP(mr, i0)                                        \

@@ -232,7 +232,8 @@ START_TEST(linear_edges)
     get_tables(&ts);
     test_rng r;
     rng_seed(&r, 47);
-    static const int64_t ms[] = {1, 5, 17, 67};
+    /* 203: three row blocks of the panel-major order (MK_TD_LINEAR_MC). */
+    static const int64_t ms[] = {1, 5, 17, 67, 203};
     static const int64_t ns[] = {1, 3, 17, 64, 129};
     int flip = 0;
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)

@@ -3,15 +3,22 @@
  * through the linear driver of kernels/tile_driver.h. */
 #include "avx2.h"
 #include "tile_6x16.h"
+/* Panel by panel (tile_driver.h, mk_td_linear): on Zen 3's 512 KiB L2 a
+ * 256-column block of weights at E = 512 fills the whole L2, so the
+ * strip-major order read it from L3 once per 6-row strip; panel by panel
+ * a panel and the 96-row block stay in L2 and the weights come from L3
+ * once a block: 3.4-4x fewer L2 misses (cachegrind), 1.03-1.09x on the
+ * layer's projections alone (docs/benchmarks.md). */
+#define MK_TD_LINEAR_PANEL_MAJOR 1
 #include "tile_driver.h"
 
 /*
  * c[i][j] = sum_p a[i][p] * w[j][p] + bias[j] (bias may be NULL).
  * Tile 6 rows x 16 output columns: 12 ymm accumulators over the whole
  * depth k, 2 for the packed weight row, 1 broadcast of a; bias added once
- * after the sum. Columns go in blocks of MK_TD_LINEAR_NC, each swept by
- * every 6-row strip of a (the last strip 1..5 rows, the last panel
- * narrowed).
+ * after the sum. Rows go in blocks of MK_TD_LINEAR_MC, each panel read by
+ * every 6-row strip of the block (the last strip 1..5 rows, the last
+ * panel narrowed) before the next.
  * Preconditions: wp packed by mk_avx2_pack (ldx = k) for n x k; lda >= 0 (0
  * repeats one row); ldc >= n when m > 1.
  */
