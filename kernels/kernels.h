@@ -222,7 +222,10 @@ typedef size_t mk_packed_floats_fn(int64_t n, int64_t k);
 /* Packs n rows of x (row stride ldx, depth k) into the panel layout qk and
  * linear read (keys for qk, nn.Linear weight rows for linear). For n0 a
  * multiple of block_k, packed_floats(n0, k) is where row n0's panel starts
- * in a pack of more rows (the engine packs a head once and reuses it). */
+ * in a pack of more rows (the engine packs a head once and reuses it);
+ * likewise for any n0 with packed_floats(n0, k) == n0 * k (whole panels),
+ * so packs of whole panels laid end to end are the pack of their rows
+ * stacked (the layer's q, k and v, engine/layer.c). */
 typedef void mk_pack_fn(const float *x, ptrdiff_t ldx, int64_t n, int64_t k,
                         float *packed);
 /* s[i][j] = sum_p q[i][p] * K[j][p] for i < m, j < n (unscaled), K packed. */
