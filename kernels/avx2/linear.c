@@ -7,8 +7,9 @@
  * 256-column block of weights at E = 512 fills the whole L2, so the
  * strip-major order read it from L3 once per 6-row strip; panel by panel
  * a panel and the 96-row block stay in L2 and the weights come from L3
- * once a block: 3.4-4x fewer L2 misses (cachegrind), 1.03-1.09x on the
- * layer's projections alone (docs/benchmarks.md). */
+ * once a block: 4.7-6.4x fewer L2 read misses (cachegrind), 0.98-1.12x
+ * on the layer's projections alone, most where L3 is contended
+ * (docs/benchmarks.md). */
 #define MK_TD_LINEAR_PANEL_MAJOR 1
 #include "tile_driver.h"
 
