@@ -27,12 +27,19 @@
             f, C(6.931471825e-01f)),                                         \
         f, C(1.0f))
 
+/* MK_EXP2_DEG5's coefficients, the highest degree's first, for a caller
+ * that runs the chain one coefficient at a time across several vectors
+ * (kernels/avx2/softmax.c, mk_v_exp2k_group). */
+#define MK_EXP2_DEG5_COEFFS                                                  \
+    1.327647198e-03f, 9.675541334e-03f, 5.550713274e-02f, 2.402211972e-01f,  \
+        6.931469671e-01f, 1.000000072e+00f
+#define MK_EXP2_HORNER5_(FMA, C, f, c5, c4, c3, c2, c1, c0)                  \
+    FMA(FMA(FMA(FMA(FMA(C(c5), f, C(c4)), f, C(c3)), f, C(c2)), f, C(c1)), f, \
+        C(c0))
+#define MK_EXP2_HORNER5(FMA, C, f, ...)                                      \
+    MK_EXP2_HORNER5_(FMA, C, f, __VA_ARGS__)
 #define MK_EXP2_DEG5(FMA, C, f)                                              \
-    FMA(FMA(FMA(FMA(FMA(C(1.327647198e-03f), f, C(9.675541334e-03f)), f,     \
-                    C(5.550713274e-02f)),                                    \
-                f, C(2.402211972e-01f)),                                     \
-            f, C(6.931469671e-01f)),                                         \
-        f, C(1.000000072e+00f))
+    MK_EXP2_HORNER5(FMA, C, f, MK_EXP2_DEG5_COEFFS)
 
 #define MK_EXP2_DEG4(FMA, C, f)                                              \
     FMA(FMA(FMA(FMA(C(9.560510516e-03f), f, C(5.591703951e-02f)), f,        \

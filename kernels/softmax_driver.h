@@ -36,6 +36,10 @@
  *                            2^-20, -inf or NaN; k a vector of one value
  *                            in [1/2, 2], the same across a loop), and the
  *                            exp pass works in base 2 (sm_exp2 below).
+ *   MK_V_EXP2_GROUP          G (with MK_V_EXP2): mk_v_exp2k_group(t, k)
+ *                            sets t[g] = mk_v_exp2k(t[g], k) for g < G,
+ *                            bit for bit, and the base-2 pass takes G
+ *                            vectors at a time (its sum in the same order).
  *   MK_SM_CODES              1: P leaves as half codes (kernels.h,
  *                            softmax_update_codes): mk_v_store_codes(p, x)
  *                            and mk_v_store_codes_n(p, n, x) write the
@@ -283,6 +287,22 @@ MK_SM_INLINE float sm_exp_pass(float *s, int64_t n, MK_V a, MK_V b, MK_V k,
     (void)codes;
 #define MK_SM_STORE(j, e) mk_v_store(s + (j), e)
 #define MK_SM_STORE_N(j, cnt, e) mk_v_store_n(s + (j), cnt, e)
+#endif
+#if MK_V_EXP2 && defined(MK_V_EXP2_GROUP)
+    if (base2)
+        for (; j + MK_V_EXP2_GROUP * MK_W <= n;
+             j += MK_V_EXP2_GROUP * MK_W) {
+            MK_V e[MK_V_EXP2_GROUP];
+            for (int g = 0; g < MK_V_EXP2_GROUP; g++)
+                e[g] = mk_v_fma(a, mk_v_load(s + j + g * MK_W), b);
+            mk_v_exp2k_group(e, k);
+            for (int g = 0; g < MK_V_EXP2_GROUP; g++) {
+                MK_SM_STORE(j + g * MK_W, e[g]);
+#if MK_SM_FUSED_SUM
+                sum = mk_v_add(sum, e[g]);
+#endif
+            }
+        }
 #endif
     for (; j + MK_W <= n; j += MK_W) {
         MK_V e = sm_p(mk_v_load(s + j), a, b, k, base2);
