@@ -43,6 +43,71 @@ static inline __m256i mk_avx2_lanes_below(int64_t nr, int half)
 #define MK_AVX2_ROWS(OP) OP(0) OP(1) OP(2) OP(3) OP(4) OP(5)
 
 /*
+ * The depth loop of a full tile (6 rows, 16 columns of B, k4 groups of 4
+ * depth steps) in assembly: per step two loads of B, then for each row a
+ * broadcast of A and its two FMAs, the same operations in the same order
+ * as the C loop below, so the same bits. gcc compiled that loop to 94
+ * instructions a group (the six row addresses rebuilt with lea and
+ * spilled); here it is 85: A's rows are two pointers and lda, 2 lda
+ * from them, B's rows ldb and 3 ldb, and the pointers move once a group.
+ * On Zen 3, Q·Kᵀ of a 96 x 512 block ran 1.03-1.09x, P·V 0.98-1.11x
+ * (the most on a loaded host), prefill 1.03-1.04x (docs/benchmarks.md).
+ * The pointers go through memory (g) because the
+ * 12 accumulators, read and written, already take 24 of asm's 30
+ * operands. PREFETCH adds MK_TILE_PREFETCH_B's two prefetches a step.
+ */
+typedef struct {
+    const float *a0, *a3, *b;
+    ptrdiff_t lda, ldb, ldb3; /* bytes */
+    int64_t k4;
+    const float *pf; /* b + MK_AVX2_PREFETCH_ROWS * ldb */
+} mk_avx2_depth_args;
+
+#define MK_AVX2_BC(base, idx, u)                                          \
+    "vbroadcastss " #u "(" base idx "), %%ymm15\n\t"
+#define MK_AVX2_F2(r)                                                     \
+    "vfmadd231ps %%ymm13, %%ymm15, %[c" #r "0]\n\t"                        \
+    "vfmadd231ps %%ymm14, %%ymm15, %[c" #r "1]\n\t"
+/* Depth step u of a group: B row u at r10 (+ ldb u), A at r8 and r9. */
+#define MK_AVX2_ASM_STEP(u, brow, pf)                                     \
+    "vmovups " brow ", %%ymm13\n\t"                                       \
+    "vmovups 32" brow ", %%ymm14\n\t" pf                                  \
+    MK_AVX2_BC("%%r8", "", u) MK_AVX2_F2(0)                               \
+    MK_AVX2_BC("%%r8", ",%%r11,1", u) MK_AVX2_F2(1)                       \
+    MK_AVX2_BC("%%r8", ",%%r11,2", u) MK_AVX2_F2(2)                       \
+    MK_AVX2_BC("%%r9", "", u) MK_AVX2_F2(3)                               \
+    MK_AVX2_BC("%%r9", ",%%r11,1", u) MK_AVX2_F2(4)                       \
+    MK_AVX2_BC("%%r9", ",%%r11,2", u) MK_AVX2_F2(5)
+#define MK_AVX2_PF(row) "prefetcht0 " row "\n\tprefetcht0 60" row "\n\t"
+#define MK_AVX2_DEPTH_ASM(PF0, PF1, PF2, PF3, PF_MOVE)                     \
+    __asm__ volatile(                                                     \
+        "mov 0(%[g]), %%r8\n\t"                                           \
+        "mov 8(%[g]), %%r9\n\t"                                           \
+        "mov 16(%[g]), %%r10\n\t"                                         \
+        "mov 24(%[g]), %%r11\n\t"                                         \
+        "mov 32(%[g]), %%r12\n\t"                                         \
+        "mov 40(%[g]), %%r13\n\t"                                         \
+        "mov 48(%[g]), %%rcx\n\t"                                         \
+        "mov 56(%[g]), %%r14\n\t"                                         \
+        ".p2align 5\n\t"                                                  \
+        "1:\n\t" MK_AVX2_ASM_STEP(0, "(%%r10)", PF0)                      \
+        MK_AVX2_ASM_STEP(4, "(%%r10,%%r12,1)", PF1)                        \
+        MK_AVX2_ASM_STEP(8, "(%%r10,%%r12,2)", PF2)                        \
+        MK_AVX2_ASM_STEP(12, "(%%r10,%%r13,1)", PF3)                       \
+        "add $16, %%r8\n\t"                                               \
+        "add $16, %%r9\n\t"                                               \
+        "lea (%%r10,%%r12,4), %%r10\n\t" PF_MOVE                          \
+        "dec %%rcx\n\t"                                                   \
+        "jnz 1b\n\t"                                                      \
+        : [c00] "+x"(acc00), [c01] "+x"(acc01), [c10] "+x"(acc10),         \
+          [c11] "+x"(acc11), [c20] "+x"(acc20), [c21] "+x"(acc21),         \
+          [c30] "+x"(acc30), [c31] "+x"(acc31), [c40] "+x"(acc40),         \
+          [c41] "+x"(acc41), [c50] "+x"(acc50), [c51] "+x"(acc51)          \
+        : [g] "r"(&g)                                                     \
+        : "memory", "cc", "rcx", "r8", "r9", "r10", "r11", "r12", "r13",   \
+          "r14", "xmm13", "xmm14", "xmm15")
+
+/*
  * One tile. Preconditions: 1 <= mr <= 6 (a constant), k >= 0, 1 <= nr <= 16
  * (16 unless a NARROW flag is set), b readable for k rows of 16 floats
  * unless B_NARROW, c_scale readable for mr floats if INIT_SCALED, bias for
@@ -82,10 +147,27 @@ mk_avx2_tile_6x16(const int mr, const unsigned flags, int64_t k,
 #undef MK_INIT
 
     const float *bp = b;
-    /* Unrolled so the loop overhead and the address arithmetic of the
-     * mr row pointers amortise over 4 depth steps. */
+    int64_t p = 0;
+    if (mr == 6 && !b_narrow && k >= 4) {
+        mk_avx2_depth_args g = {
+            a, a + 3 * lda, b,
+            lda * (ptrdiff_t)sizeof(float), ldb * (ptrdiff_t)sizeof(float),
+            3 * ldb * (ptrdiff_t)sizeof(float), k / 4,
+            b + MK_AVX2_PREFETCH_ROWS * ldb};
+        if (flags & MK_TILE_PREFETCH_B)
+            MK_AVX2_DEPTH_ASM(MK_AVX2_PF("(%%r14)"),
+                              MK_AVX2_PF("(%%r14,%%r12,1)"),
+                              MK_AVX2_PF("(%%r14,%%r12,2)"),
+                              MK_AVX2_PF("(%%r14,%%r13,1)"),
+                              "lea (%%r14,%%r12,4), %%r14\n\t");
+        else
+            MK_AVX2_DEPTH_ASM("", "", "", "", "");
+        p = k / 4 * 4;
+        bp = b + p * ldb;
+    }
+    /* The rest of the depth, and tiles of fewer rows or a narrow B. */
 #pragma GCC unroll 4
-    for (int64_t p = 0; p < k; p++, bp += ldb) {
+    for (; p < k; p++, bp += ldb) {
         __m256 b0 = MK_LOAD(bp, mask0, b_narrow);
         __m256 b1 = MK_LOAD(bp + 8, mask1, b_narrow);
         if (flags & MK_TILE_PREFETCH_B) {
