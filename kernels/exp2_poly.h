@@ -29,7 +29,7 @@
 
 /* MK_EXP2_DEG5's coefficients, the highest degree's first, for a caller
  * that runs the chain one coefficient at a time across several vectors
- * (kernels/avx2/softmax.c, mk_v_exp2k_group). */
+ * (kernels/avx2/softmax.c, exp2k_each). */
 #define MK_EXP2_DEG5_COEFFS                                                  \
     1.327647198e-03f, 9.675541334e-03f, 5.550713274e-02f, 2.402211972e-01f,  \
         6.931469671e-01f, 1.000000072e+00f

@@ -81,50 +81,51 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
     f = _mm256_fmadd_ps(xc, _mm256_set1_ps(1.925963034e-08f), f);
     return times_pow2(MK_EXP2_DEG6(_mm256_fmadd_ps, MK_C1, f), n);
 }
+#define MK_V_EXP2_GROUP 4
 /* k 2^t for t <= 2^-20 (sm_exp2 of softmax_driver.h: the exp pass in
  * base 2, its argument out of one FMA, k a correction near 1): mk_v_exp's
  * steps without the multiply by log2(e) and its correction, f = t - n
- * exact, the polynomial's coefficients times k (hoisted out of the
- * caller's loop: k is the same across it). t is clamped at -127, as
- * mk_v_exp's x at -88: -inf gives 0, NaN stays NaN. 12 instructions a
- * vector: with the argument's FMA and the sum, 14 a score vector against
- * sm_exp's 18. */
-MK_INLINE MK_V mk_v_exp2k(MK_V t, MK_V k)
-{
-    MK_V tc = _mm256_max_ps(_mm256_set1_ps(-127.0f), t);
-    MK_V n = _mm256_round_ps(tc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-#define MK_CK(c) _mm256_mul_ps(_mm256_set1_ps(c), k)
-    return times_pow2(
-        MK_EXP2_DEG5(_mm256_fmadd_ps, MK_CK, _mm256_sub_ps(tc, n)), n);
-#undef MK_CK
-}
-/* mk_v_exp2k of MK_V_EXP2_GROUP vectors in place, one step at a time
- * across them: lane for lane the same operations in the same order, so
- * the same bits. An exp is a dependent chain of some 30 cycles; in
- * mk_v_exp2k's order the next instructions in the window mostly wait on
- * it, here on other vectors' steps. On Zen 3 the softmax step of a
- * 96 x 512 block ran 1.02x when the host was quiet and 1.11-1.22x when it
- * was loaded (when the exp loop's old order slows by a third while FMA
- * loops do not); prefill 1.00-1.025x (docs/benchmarks.md). */
-#define MK_V_EXP2_GROUP 4
-#define MK_EACH(g) for (int g = 0; g < MK_V_EXP2_GROUP; g++)
-MK_INLINE void mk_v_exp2k_group(MK_V t[MK_V_EXP2_GROUP], MK_V k)
+ * exact, MK_EXP2_DEG5's coefficients times k (hoisted out of the caller's
+ * loop: k is the same across it). t is clamped at -127, as mk_v_exp's x
+ * at -88: -inf gives 0, NaN stays NaN. 12 instructions a vector: with the
+ * argument's FMA and the sum, 14 a score vector against sm_exp's 18.
+ *
+ * For n vectors t[0..n) in place (n a constant), one step at a time
+ * across them: lane for lane the same operations in the same order for
+ * any n, so the same bits. An exp is a dependent chain of some 30 cycles;
+ * one vector at a time the next instructions in the window mostly wait
+ * on it, across four on other vectors' steps. On Zen 3 the softmax step
+ * of a 96 x 512 block ran 1.02x with four when the host was quiet and
+ * 1.13-1.22x when it was loaded (when the one-vector order slows by a
+ * third while FMA loops do not); prefill 1.00-1.025x
+ * (docs/benchmarks.md). */
+MK_INLINE void exp2k_each(MK_V *t, const int n, MK_V k)
 {
     static const float c[] = {MK_EXP2_DEG5_COEFFS};
-    MK_V n[MK_V_EXP2_GROUP], p[MK_V_EXP2_GROUP];
+    MK_V m[MK_V_EXP2_GROUP], p[MK_V_EXP2_GROUP];
     __m256i e[MK_V_EXP2_GROUP];
+#define MK_EACH(g) for (int g = 0; g < n; g++)
     MK_EACH(g) t[g] = _mm256_max_ps(_mm256_set1_ps(-127.0f), t[g]);
-    MK_EACH(g) n[g] = _mm256_round_ps(
+    MK_EACH(g) m[g] = _mm256_round_ps(
         t[g], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    MK_EACH(g) e[g] = pow2_bits(n[g]);
-    MK_EACH(g) t[g] = _mm256_sub_ps(t[g], n[g]);
+    MK_EACH(g) e[g] = pow2_bits(m[g]);
+    MK_EACH(g) t[g] = _mm256_sub_ps(t[g], m[g]);
     MK_EACH(g) p[g] = _mm256_mul_ps(_mm256_set1_ps(c[0]), k);
     for (size_t i = 1; i < sizeof c / sizeof c[0]; i++)
         MK_EACH(g) p[g] = _mm256_fmadd_ps(
             p[g], t[g], _mm256_mul_ps(_mm256_set1_ps(c[i]), k));
     MK_EACH(g) t[g] = _mm256_mul_ps(p[g], _mm256_castsi256_ps(e[g]));
-}
 #undef MK_EACH
+}
+MK_INLINE MK_V mk_v_exp2k(MK_V t, MK_V k)
+{
+    exp2k_each(&t, 1, k);
+    return t;
+}
+MK_INLINE void mk_v_exp2k_group(MK_V t[MK_V_EXP2_GROUP], MK_V k)
+{
+    exp2k_each(t, MK_V_EXP2_GROUP, k);
+}
 #undef MK_C1
 #define MK_V_EXP2 1
 /* The sum of P rides in the exp pass: nothing is called across it. */

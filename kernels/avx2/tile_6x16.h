@@ -62,6 +62,9 @@ typedef struct {
     int64_t k4;
     const float *pf; /* b + MK_AVX2_PREFETCH_ROWS * ldb */
 } mk_avx2_depth_args;
+_Static_assert(offsetof(mk_avx2_depth_args, ldb3) == 40 &&
+                   offsetof(mk_avx2_depth_args, pf) == 56,
+               "MK_AVX2_DEPTH_ASM reads the fields at 0, 8, ..., 56");
 
 #define MK_AVX2_BC(base, idx, u)                                          \
     "vbroadcastss " #u "(" base idx "), %%ymm15\n\t"
