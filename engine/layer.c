@@ -38,13 +38,11 @@ struct mha_layer {
 
 enum { PQ, PK, PV, PO };
 
-/* Rows of the projections per work item: at most about this many, fixed
- * by the shape, so the split never depends on the thread count. */
-#define LINEAR_ROWS 96
-/* A sequence's rows go to its work items in whole strips of this many
- * (a multiple of the avx512, avx2 and generic row tiles), spread evenly:
- * 512 rows in chunks of 96 were five full chunks and one of 32, which
- * two threads shared as 288 and 224 rows (docs/benchmarks.md). */
+/* A sequence's rows go to its projection work items in whole strips of
+ * this many (a multiple of the avx512, avx2 and generic row tiles), spread
+ * evenly: 512 rows in chunks of 96 were five full chunks and one of 32,
+ * which two threads shared as 288 and 224 rows (docs/benchmarks.md). A
+ * work item has at most the table's linear_rows rows (project_rows). */
 #define LINEAR_STRIP 12
 /* Floats an fp32 projection's staged input row is padded by (project):
  * rows E x 4 bytes apart, a multiple of 4 KiB for E = 1024, all fall in
@@ -334,19 +332,28 @@ typedef struct {
 } rows_of;
 
 /* Per-thread scratch of the projections: an fp32 layer's chunk of input
- * rows at a padded stride (LINEAR_ROWS x (k + LINEAR_PAD)); a bf16
- * layer's chunk of fp32 results (LINEAR_ROWS x n) and its input rows
- * (LINEAR_ROWS x k floats: widened, or bf16 codes copied into pairs). */
+ * rows at a padded stride (project_rows x (k + LINEAR_PAD)); a bf16
+ * layer's chunk of fp32 results (project_rows x n) and its input rows
+ * (project_rows x k floats: widened, or bf16 codes copied into pairs). */
+/* The most rows of a projection work item: the table's linear_rows in
+ * whole strips. */
+static int64_t project_rows(const mha_layer *l)
+{
+    int64_t r = l->engine->kernels.linear_rows / LINEAR_STRIP * LINEAR_STRIP;
+    return r > LINEAR_STRIP ? r : LINEAR_STRIP;
+}
+
 static int64_t project_scratch_floats(const mha_layer *l)
 {
+    const int64_t rows = project_rows(l);
     int64_t k = l->e > l->kdim ? l->e : l->kdim;
     k = k > l->vdim ? k : l->vdim;
     k = k > l->width ? k : l->width;
     if (l->dtype == MHA_F32)
-        return LINEAR_ROWS * (k + LINEAR_PAD);
+        return rows * (k + LINEAR_PAD);
     int64_t n = l->fused ? 3 * l->width : l->width;
     n = l->e > n ? l->e : n;
-    return LINEAR_ROWS * (k + n);
+    return rows * (k + n);
 }
 
 /* One chunk of m rows of a bf16 projection: c = a w^T + bias (fp32),
@@ -356,7 +363,7 @@ static void project_bf16_rows(const mk_table *t, const mha_layer *l, int i,
                               int64_t k, int64_t n, uint16_t *c,
                               ptrdiff_t ldc, float *tmp)
 {
-    float *acc = tmp, *in = tmp + LINEAR_ROWS * n;
+    float *acc = tmp, *in = tmp + project_rows(l) * n;
     const float *bias = l->b[i];
     if (l->bf16[i]) {
         /* The bf16 qk reads pairs of codes: rows at an odd stride or address
@@ -382,9 +389,11 @@ static void project_bf16_rows(const mk_table *t, const mha_layer *l, int i,
 }
 
 /* c = a w^T + b over batch x seq rows (projection i of the layer, in its
- * dtype), each batch's rows cut in fixed chunks (never by the thread
- * count; the kernel's result per element does not depend on the chunk).
- * tmp: project_scratch_floats per thread. */
+ * dtype), each batch's rows cut in chunks: the fewest of at most
+ * project_rows rows (every chunk streams the whole weight matrix), or
+ * more, up to one a strip, until every thread gets as many. The kernel's
+ * result per element does not depend on the chunk, so the results do not
+ * depend on the thread count. tmp: project_scratch_floats per thread. */
 static void project(const mha_layer *l, int i, const void *a, rows_of ra,
                     int64_t batch, int64_t seq, int64_t k, int64_t e,
                     void *c, rows_of rc, float *tmp)
@@ -392,17 +401,22 @@ static void project(const mha_layer *l, int i, const void *a, rows_of ra,
     const mha_engine *engine = l->engine;
     const mk_table *t = &engine->kernels;
     const float *w = l->w[i], *bias = l->b[i];
-    int64_t per = (seq + LINEAR_ROWS - 1) / LINEAR_ROWS;
+    const int64_t rows = project_rows(l);
+    int64_t per = (seq + rows - 1) / rows;
     int64_t strips = (seq + LINEAR_STRIP - 1) / LINEAR_STRIP;
+    const int useful = mha_threads_for_call(engine, batch * strips);
+    while (per < strips && batch * per % useful != 0)
+        per++;
     int64_t chunks = batch * per;
     int nthreads = mha_threads_for_call(engine, chunks);
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) \
     if (nthreads > 1 && chunks > 1)
     for (int64_t x = 0; x < chunks; x++) {
         /* Chunk j of a sequence: strips [j * strips / per, (j + 1) *
-         * strips / per), the last cut at seq. strips <= 8 per (seq <=
-         * per * LINEAR_ROWS), so no chunk passes LINEAR_ROWS rows, what
-         * the bf16 scratch holds, and none is empty (per <= strips). */
+         * strips / per), the last cut at seq. strips <= rows / LINEAR_STRIP
+         * per at the fewest chunks (seq <= per * rows, rows whole strips)
+         * and more chunks only shrink them, so no chunk passes rows rows,
+         * what the scratch holds, and none is empty (per <= strips). */
         int64_t b = x / per, j = x % per;
         int64_t r0 = j * strips / per * LINEAR_STRIP;
         int64_t r1 = (j + 1) * strips / per * LINEAR_STRIP;

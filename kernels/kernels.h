@@ -17,7 +17,8 @@
  * Determinism contract: given the same table, the value a kernel writes for
  * one element depends only on the inputs of that element, never on m, n, or
  * where the element falls within a tile. (The engine also cuts work into
- * blocks whose size never depends on the thread count.)
+ * blocks whose size never depends on the thread count, but for the
+ * layer's projection rows, which this contract alone keeps exact.)
  */
 #ifndef MHA_KERNELS_H
 #define MHA_KERNELS_H
@@ -494,6 +495,12 @@ typedef struct mk_table {
      * rows together when that many of them would crowd one L1 set
      * (engine/attention.c, stage_rows). */
     int64_t strip_rows;
+    /* The most input rows the engine gives one linear call (a projection's
+     * work item; fewer where that balances the threads). Every call
+     * streams the whole weight matrix once, so a table whose linear keeps
+     * a row block against each weight panel sets its row block here
+     * (docs/design.md, "The layer"). */
+    int64_t linear_rows;
     /* 1: the decode kernels read across kv heads key by key (mk_heads),
      * and the engine spans decode blocks across kv heads where the layout
      * allows; 0: they take mk_heads as calls per head (correct, measured

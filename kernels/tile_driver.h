@@ -263,16 +263,38 @@ MK_TD_INLINE void mk_td_linear_strip(const int mr, const float *a,
     }
 }
 
-/* Every strip of rows [0, m) of a against one panel of nr columns. */
+/* Share s (of share bytes) of the bytes at next, fetched into L2. */
+MK_TD_INLINE void mk_td_fetch_share(const char *next, int64_t bytes,
+                                    int64_t share, int64_t s)
+{
+    const int64_t end = (s + 1) * share < bytes ? (s + 1) * share : bytes;
+    for (int64_t off = s * share; off < end; off += 64)
+        __builtin_prefetch(next + off, 0, 2); /* prefetcht1: into L2 */
+}
+
+/* Every strip of rows [0, m) of a against one panel of nr columns. The
+ * panel after it (next, NULL for none) comes into L2 meanwhile in equal
+ * shares, one before each strip, so the first strip to read it finds it
+ * there, not in L3 or memory, where the hardware prefetchers follow it
+ * only page by page. */
 MK_TD_INLINE void mk_td_linear_panel(const unsigned flags, const float *a,
                                      ptrdiff_t lda, int64_t m,
                                      const float *panel, int64_t k,
                                      const float *bias, float *c,
-                                     ptrdiff_t ldc, int64_t nr)
+                                     ptrdiff_t ldc, int64_t nr,
+                                     const float *next)
 {
+    const int64_t bytes = MK_TILE_NR * k * (int64_t)sizeof(float);
+    const int64_t strips = (m + MK_TILE_MR - 1) / MK_TILE_MR;
+    const int64_t share = (bytes / (strips > 0 ? strips : 1) + 63) / 64 * 64;
 #define MK_TD_LINEAR_PANEL_STRIP(mr, i0)                                  \
-    MK_TILE(mr, flags, k, a + (i0) * lda, lda, panel, MK_TILE_NR, NULL,   \
-            bias, c + (i0) * ldc, ldc, nr)
+    do {                                                                  \
+        if (next)                                                         \
+            mk_td_fetch_share((const char *)next, bytes, share,          \
+                              (i0) / MK_TILE_MR);                         \
+        MK_TILE(mr, flags, k, a + (i0) * lda, lda, panel, MK_TILE_NR,     \
+                NULL, bias, c + (i0) * ldc, ldc, nr);                     \
+    } while (0)
     MK_TD_STRIPS(m, MK_TD_LINEAR_PANEL_STRIP);
 #undef MK_TD_LINEAR_PANEL_STRIP
 }
@@ -282,7 +304,8 @@ MK_TD_INLINE void mk_td_linear_panel(const unsigned flags, const float *a,
  * every strip of a, so a strip reads every panel of the block. 1 (panel
  * by panel): rows in blocks of MK_TD_LINEAR_MC, each panel read by every
  * strip of the row block before the next, so one panel (MK_TILE_NR x k
- * floats) and the row block stay in L2, where order 0 streams the whole
+ * floats) stays in L2 while the next is fetched and the weights stream
+ * from L3 or memory once a row block, where order 0 streams the whole
  * column block once a strip, from L3 once the block passes L2 (256
  * columns x k = 512 are 512 KiB, Zen 3's whole L2; docs/benchmarks.md).
  * Either order sums every element as one in-order chain over k, the bias
@@ -312,9 +335,17 @@ static inline void mk_td_linear(const float *a, ptrdiff_t lda, int64_t m,
             for (int64_t j = 0; j < n; j += MK_TILE_NR) {
                 const float *bj = bias ? bias + j : NULL;
                 const int64_t nr = n - j < MK_TILE_NR ? n - j : MK_TILE_NR;
+                /* The panel read next: the next one, or the first again
+                 * for the next row block. A block of one strip reads each
+                 * panel once, in order, which the prefetchers follow. */
+                const float *next = mb <= MK_TILE_MR ? NULL
+                                    : j + MK_TILE_NR < n
+                                        ? wp + (j + MK_TILE_NR) * k
+                                    : i0 + mb < m ? wp
+                                                  : NULL;
 #define MK_TD_LINEAR_PANEL(FLAGS)                                         \
     mk_td_linear_panel(FLAGS, a + i0 * lda, lda, mb, wp + j * k, k, bj,   \
-                       c + i0 * ldc + j, ldc, nr)
+                       c + i0 * ldc + j, ldc, nr, next)
                 MK_TD_LINEAR_FLAGS(bj, nr, MK_TD_LINEAR_PANEL);
 #undef MK_TD_LINEAR_PANEL
             }

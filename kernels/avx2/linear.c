@@ -6,11 +6,12 @@
 /* Panel by panel (tile_driver.h, mk_td_linear): on Zen 3's 512 KiB L2 a
  * 256-column block of weights at E = 512 fills the whole L2, so the
  * strip-major order read it from L3 once per 6-row strip; panel by panel
- * a panel and the 96-row block stay in L2 and the weights come from L3
- * once a block: 4.7-6.4x fewer L2 read misses (cachegrind), 0.98-1.12x
- * on the layer's projections alone, most where L3 is contended
- * (docs/benchmarks.md). */
+ * a panel stays in L2 while every strip of the row block reads it, the
+ * next panel is fetched into L2 meanwhile, and the weights come from L3
+ * or memory once a row block of MK_AVX2_LINEAR_ROWS (docs/design.md, "The
+ * layer"; figures in docs/benchmarks.md). */
 #define MK_TD_LINEAR_PANEL_MAJOR 1
+#define MK_TD_LINEAR_MC MK_AVX2_LINEAR_ROWS
 #include "tile_driver.h"
 
 /*

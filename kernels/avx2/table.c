@@ -16,6 +16,7 @@ void mk_init_avx2(mk_table *t)
     t->block_q = 96;
     t->block_k = 512;
     t->strip_rows = 6;
+    t->linear_rows = MK_AVX2_LINEAR_ROWS;
     MK_SET_PREFILL(t, avx2, 6x16);
     MK_SET_DECODE(t, avx2);
     t->decode_heads = 1;

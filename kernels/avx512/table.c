@@ -26,6 +26,9 @@ void mk_init_avx512(mk_table *t)
     t->block_q = MK_AVX512_BLOCK_Q;
     t->block_k = MK_AVX512_BLOCK_K;
     t->strip_rows = MK_AVX512_MR;
+    /* Its strip-major linear (linear.c) was measured at 96 rows a call;
+     * avx2's 192 is for its panel-by-panel order. */
+    t->linear_rows = 96;
     t->decode_rows = MK_DECODE_WIDE_ROWS; /* decode.c, qk_wide */
     MK_SET_PREFILL(t, avx512, 12x32);
     MK_SET_DECODE(t, avx512);

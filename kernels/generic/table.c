@@ -9,6 +9,7 @@ void mk_init_generic(mk_table *t)
         .block_q = 32,
         .block_k = 64,
         .strip_rows = 4,
+        .linear_rows = 96,
         .decode_rows = MK_DECODE_ROWS,
         .packed_floats = mk_generic_packed_floats,
         .pack = mk_generic_pack,
