@@ -54,7 +54,9 @@ static inline __m256i mk_avx2_lanes_below(int64_t nr, int half)
  * (the most on a loaded host), prefill 1.03-1.04x (docs/benchmarks.md).
  * The pointers go through memory (g) because the
  * 12 accumulators, read and written, already take 24 of asm's 30
- * operands. PREFETCH adds MK_TILE_PREFETCH_B's two prefetches a step.
+ * operands. PREFETCH adds MK_TILE_PREFETCH_B's prefetches: one a step
+ * when B's rows start on 64-byte lines (b and ldb whole lines: a row of
+ * 16 floats is then one line), else two, the row's first and last byte.
  */
 typedef struct {
     const float *a0, *a3, *b;
@@ -82,6 +84,8 @@ _Static_assert(offsetof(mk_avx2_depth_args, ldb3) == 40 &&
     MK_AVX2_BC("%%r9", ",%%r11,1", u) MK_AVX2_F2(4)                       \
     MK_AVX2_BC("%%r9", ",%%r11,2", u) MK_AVX2_F2(5)
 #define MK_AVX2_PF(row) "prefetcht0 " row "\n\tprefetcht0 60" row "\n\t"
+/* One line a row: rows that start on a line (b and ldb whole lines). */
+#define MK_AVX2_PF1(row) "prefetcht0 " row "\n\t"
 #define MK_AVX2_DEPTH_ASM(PF0, PF1, PF2, PF3, PF_MOVE)                     \
     __asm__ volatile(                                                     \
         "mov 0(%[g]), %%r8\n\t"                                           \
@@ -157,7 +161,16 @@ mk_avx2_tile_6x16(const int mr, const unsigned flags, int64_t k,
             lda * (ptrdiff_t)sizeof(float), ldb * (ptrdiff_t)sizeof(float),
             3 * ldb * (ptrdiff_t)sizeof(float), k / 4,
             b + MK_AVX2_PREFETCH_ROWS * ldb};
-        if (flags & MK_TILE_PREFETCH_B)
+        const int lines =
+            (((uintptr_t)b | (uintptr_t)(ldb * (ptrdiff_t)sizeof(float))) &
+             63) == 0;
+        if ((flags & MK_TILE_PREFETCH_B) && lines)
+            MK_AVX2_DEPTH_ASM(MK_AVX2_PF1("(%%r14)"),
+                              MK_AVX2_PF1("(%%r14,%%r12,1)"),
+                              MK_AVX2_PF1("(%%r14,%%r12,2)"),
+                              MK_AVX2_PF1("(%%r14,%%r13,1)"),
+                              "lea (%%r14,%%r12,4), %%r14\n\t");
+        else if (flags & MK_TILE_PREFETCH_B)
             MK_AVX2_DEPTH_ASM(MK_AVX2_PF("(%%r14)"),
                               MK_AVX2_PF("(%%r14,%%r12,1)"),
                               MK_AVX2_PF("(%%r14,%%r12,2)"),
