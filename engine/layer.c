@@ -331,10 +331,6 @@ typedef struct {
     int64_t sb, ss;
 } rows_of;
 
-/* Per-thread scratch of the projections: an fp32 layer's chunk of input
- * rows at a padded stride (project_rows x (k + LINEAR_PAD)); a bf16
- * layer's chunk of fp32 results (project_rows x n) and its input rows
- * (project_rows x k floats: widened, or bf16 codes copied into pairs). */
 /* The most rows of a projection work item: the table's linear_rows in
  * whole strips. */
 static int64_t project_rows(const mha_layer *l)
@@ -343,6 +339,10 @@ static int64_t project_rows(const mha_layer *l)
     return r > LINEAR_STRIP ? r : LINEAR_STRIP;
 }
 
+/* Per-thread scratch of the projections: an fp32 layer's chunk of input
+ * rows at a padded stride (project_rows x (k + LINEAR_PAD)); a bf16
+ * layer's chunk of fp32 results (project_rows x n) and its input rows
+ * (project_rows x k floats: widened, or bf16 codes copied into pairs). */
 static int64_t project_scratch_floats(const mha_layer *l)
 {
     const int64_t rows = project_rows(l);

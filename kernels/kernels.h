@@ -499,7 +499,7 @@ typedef struct mk_table {
      * work item; fewer where that balances the threads). Every call
      * streams the whole weight matrix once, so a table whose linear keeps
      * a row block against each weight panel sets its row block here
-     * (docs/design.md, "The layer"). */
+     * (docs/design.md, "Kernel contract"). */
     int64_t linear_rows;
     /* 1: the decode kernels read across kv heads key by key (mk_heads),
      * and the engine spans decode blocks across kv heads where the layout

@@ -10,8 +10,8 @@
 
 /* The linear's row block (MK_TD_LINEAR_MC) and the table's linear_rows:
  * a projection's weights stream from L3 or memory once a row block, so
- * 192 rows stream them half as often as 96 (docs/design.md, "The
- * layer"). */
+ * 192 rows stream them half as often as 96 (docs/design.md,
+ * "Kernel contract"). */
 #define MK_AVX2_LINEAR_ROWS 192
 
 MK_DECLARE_PREFILL(avx2, 6x16);

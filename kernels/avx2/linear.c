@@ -8,8 +8,8 @@
  * strip-major order read it from L3 once per 6-row strip; panel by panel
  * a panel stays in L2 while every strip of the row block reads it, the
  * next panel is fetched into L2 meanwhile, and the weights come from L3
- * or memory once a row block of MK_AVX2_LINEAR_ROWS (docs/design.md, "The
- * layer"; figures in docs/benchmarks.md). */
+ * or memory once a row block of MK_AVX2_LINEAR_ROWS (docs/design.md,
+ * "Kernel contract"; figures in docs/benchmarks.md). */
 #define MK_TD_LINEAR_PANEL_MAJOR 1
 #define MK_TD_LINEAR_MC MK_AVX2_LINEAR_ROWS
 #include "tile_driver.h"
