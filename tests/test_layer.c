@@ -179,8 +179,8 @@ static void run_layer_case(const layer_case *c, uint64_t seed)
     float *w = c->weights ? test_alloc((n_w + guard) * sizeof *w) : NULL;
     mha_isa isas[TEST_MAX_ISAS];
     int n_isa = available_isas(isas);
-    mha_layer *layers[4];
-    mha_engine *engines[4];
+    mha_layer *layers[TEST_MAX_ISAS];
+    mha_engine *engines[TEST_MAX_ISAS];
     for (int t = 0; t < n_isa; t++) {
         engines[t] = make_engine(isas[t], 0);
         mha_status st = mha_layer_create(engines[t], &p.desc, &layers[t]);
