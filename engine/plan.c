@@ -252,10 +252,12 @@ static int cut_work(const mk_table *t, const mha_problem *p, mha_plan *pl)
     return 1;
 }
 
-/* A wide decode block's score rows (more than MK_DECODE_ROWS) lie a line
- * further apart than its keys: rows a multiple of 4 KiB apart share one
- * L1 set, which 16 rows overflow (each score write and read of the
- * kernels missed L1). */
+/* A prefill block's and a wide decode block's score rows (more than
+ * MK_DECODE_ROWS) lie a line further apart than its keys: rows a multiple
+ * of 4 KiB apart share one L1 set, which 16 rows overflow (each score
+ * write and read of the kernels missed L1; 2 KiB apart, two sets, as
+ * prefill's 512-key rows were: an AMX tile store or load of 16 rows
+ * then missed too, docs/design.md, "The amxbf16 table"). */
 #define WIDE_S_PAD 16
 
 /* Keys per block of a wide decode block: as many as the block_q x
@@ -350,7 +352,7 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
                    2 * pl->rt_scales;
     /* Decode blocks of <= MK_DECODE_ROWS rows and decode_key_block keys
      * fit the block_q x block_k score tile too. */
-    if (!mha_mul_ok(bq, bk, &part[S]) ||
+    if (!mha_mul_ok(bq, bk + (pl->any_prefill ? WIDE_S_PAD : 0), &part[S]) ||
         kp > (size_t)INT64_MAX / 2 || !mha_mul_ok(bq, p->dv, &part[O]))
         return 0;
     /* A wide block of at least block_k keys (wide_key_block) on a tile
@@ -574,7 +576,7 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
     rb.decode = s->decode;
     rb.key_block = s->key_block;
     rb.s_ld = s->key_block +
-              (s->decode && s->kv_span == 1 && s->rows > MK_DECODE_ROWS
+              (!s->decode || (s->kv_span == 1 && s->rows > MK_DECODE_ROWS)
                    ? WIDE_S_PAD
                    : 0);
     /* The first row's head and query, and how one row steps. */

@@ -199,16 +199,16 @@ void mha_prefill_scores(const mk_table *t, const mha_problem *p,
             pl->half->pack(k, ldk, nk, p->d, kp);
         }
         pl->half->qk((const uint16_t *)(const void *)rb->q_src, rb->ldq_src,
-                     rb->rows, kp, nk, p->d, sc->s, rb->key_block);
+                     rb->rows, kp, nk, p->d, sc->s, rb->s_ld);
     } else {
         if (pack)
             pack_keys(t, p, rb, sc, k0, nk, kp);
-        t->qk(rb->q, rb->ldq, rb->rows, kp, nk, p->d, sc->s, rb->key_block);
+        t->qk(rb->q, rb->ldq, rb->rows, kp, nk, p->d, sc->s, rb->s_ld);
     }
     mk_softmax_update_fn *step = !pl->half         ? t->softmax_update
                                  : half_codes(pl, rb) ? pl->half->softmax_update_codes
                                                       : pl->half->softmax_update;
-    step(sc->s, rb->key_block, rb->rows, nk, p->scale, &mk, m, row_sum,
+    step(sc->s, rb->s_ld, rb->rows, nk, p->scale, &mk, m, row_sum,
          sc->alpha);
 }
 
@@ -218,15 +218,15 @@ static void key_step(const mk_table *t, const mha_problem *p,
                      const mha_scratch *sc, int64_t k0, int64_t nk, float *o,
                      float *m, float *l)
 {
-    int64_t bk = rb->key_block, dv = p->dv;
+    int64_t ld = rb->s_ld, dv = p->dv;
     mha_prefill_scores(t, p, pl, rb, sc, m, k0, nk, rb->w ? sc->l2 : l);
     if (rb->w)
-        t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, rb->w_ld);
+        t->normalize(sc->s, ld, rb->rows, nk, l, rb->w + k0, rb->w_ld);
     ptrdiff_t ldv;
     if (pl->half) { /* P is, or becomes, half codes in sc->s */
         const float *vp = half_values(pl->half, p, rb, sc, k0, nk, &ldv);
         (half_codes(pl, rb) ? pl->half->pv_codes : pl->half->pv)(
-            sc->s, bk, rb->rows, nk, vp, ldv, dv, sc->alpha, o, dv);
+            sc->s, ld, rb->rows, nk, vp, ldv, dv, sc->alpha, o, dv);
         return;
     }
     const float *v;
@@ -238,7 +238,7 @@ static void key_step(const mk_table *t, const mha_problem *p,
         ldv = dv;
     } else
         v = f32_rows(t, p, rb, 1, k0, nk, sc->vw, &ldv);
-    t->pv(sc->s, bk, rb->rows, nk, v, ldv, dv, sc->alpha, o, dv);
+    t->pv(sc->s, ld, rb->rows, nk, v, ldv, dv, sc->alpha, o, dv);
 }
 
 /* Packs keys [k0, k0 + nk) of the row block's head into the head cache
