@@ -258,15 +258,15 @@ static int cut_work(const mk_table *t, const mha_problem *p, mha_plan *pl)
  * write and read of the kernels missed L1; 2 KiB apart, two sets, as
  * prefill's 512-key rows were: an AMX tile store or load of 16 rows
  * then missed too, docs/design.md, "The amxbf16 table"). */
-#define WIDE_S_PAD 16
+#define S_PAD 16
 
 /* Keys per block of a wide decode block: as many as the block_q x
- * block_k score tile holds for its rows at WIDE_S_PAD more floats a row
+ * block_k score tile holds for its rows at S_PAD more floats a row
  * (a multiple of block_k). */
 static int64_t wide_key_block(const mk_table *t, int64_t rows)
 {
     int64_t bk = t->block_k;
-    int64_t n = (t->block_q * bk / rows - WIDE_S_PAD) / bk * bk;
+    int64_t n = (t->block_q * bk / rows - S_PAD) / bk * bk;
     return n > bk ? n : bk;
 }
 
@@ -350,15 +350,17 @@ static int lay_out(const mk_table *t, const mha_problem *p, mha_plan *pl)
         part[RT] = pl->rt_rows *
                        (int64_t)(2 * sizeof(void *) / sizeof(float)) +
                    2 * pl->rt_scales;
-    /* Decode blocks of <= MK_DECODE_ROWS rows and decode_key_block keys
-     * fit the block_q x block_k score tile too. */
-    if (!mha_mul_ok(bq, bk + (pl->any_prefill ? WIDE_S_PAD : 0), &part[S]) ||
+    /* The score tile: block_q rows of block_k keys, S_PAD floats more a
+     * row when a block is prefill (mha_row_block_of's s_ld). Decode
+     * blocks of <= MK_DECODE_ROWS rows and decode_key_block keys fit the
+     * block_q x block_k tile too. */
+    if (!mha_mul_ok(bq, bk + (pl->any_prefill ? S_PAD : 0), &part[S]) ||
         kp > (size_t)INT64_MAX / 2 || !mha_mul_ok(bq, p->dv, &part[O]))
         return 0;
     /* A wide block of at least block_k keys (wide_key_block) on a tile
      * too small for it. */
-    if (t->decode_rows * (bk + WIDE_S_PAD) > part[S])
-        part[S] = t->decode_rows * (bk + WIDE_S_PAD);
+    if (t->decode_rows * (bk + S_PAD) > part[S])
+        part[S] = t->decode_rows * (bk + S_PAD);
     part[KP] = (int64_t)kp;
     /* Queries are staged for half compute, for fp32 prefill at a stride
      * and for interleaved blocks (attention.c, stage_rows); outputs for
@@ -577,7 +579,7 @@ mha_row_block mha_row_block_of(const mha_problem *p, const mha_plan *pl,
     rb.key_block = s->key_block;
     rb.s_ld = s->key_block +
               (!s->decode || (s->kv_span == 1 && s->rows > MK_DECODE_ROWS)
-                   ? WIDE_S_PAD
+                   ? S_PAD
                    : 0);
     /* The first row's head and query, and how one row steps. */
     int64_t h, i, hk;
