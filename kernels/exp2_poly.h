@@ -47,4 +47,21 @@
             f, C(6.931219697e-01f)),                                         \
         f, C(9.999991655e-01f))
 
+/* The degree-5 and degree-4 polynomials re-expanded in x = f + 1/2, for
+ * 2^(x - 1/2) over x in [0, 1): the same polynomials in exact arithmetic,
+ * for an exp whose argument is floored rather than rounded (t - 1/2 =
+ * floor(t) + x - 1/2; kernels/avx512/softmax.c, mk_v_exp2k). Evaluated in
+ * float over 2M points of [0, 1): 1.7e-7 (degree 5) and 2.7e-6 (degree
+ * 4) relative; at x = 1/2 (2^0) they give 1 exactly and 0.9999991655
+ * (the originals at f = 0: 1 + 2^-23 and the same 0.9999991655). */
+#define MK_EXP2_DEG5_HALF(FMA, C, x)                                         \
+    MK_EXP2_HORNER5(FMA, C, x, 1.327647245e-03f, 6.356423255e-03f,           \
+                    3.947516903e-02f, 1.698142439e-01f, 4.901332259e-01f,    \
+                    7.071067095e-01f)
+#define MK_EXP2_DEG4_HALF(FMA, C, x)                                         \
+    FMA(FMA(FMA(FMA(C(9.560510516e-03f), x, C(3.679601848e-02f)), x,        \
+                C(1.707150191e-01f)),                                        \
+            x, C(4.900296926e-01f)),                                         \
+        x, C(7.071085572e-01f))
+
 #endif

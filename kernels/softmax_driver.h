@@ -36,10 +36,24 @@
  *                            2^-20, -inf or NaN; k a vector of one value
  *                            in [1/2, 2], the same across a loop), and the
  *                            exp pass works in base 2 (sm_exp2 below).
+ *   MK_V_EXP2_SHIFT          h (with MK_V_EXP2; 0 by default): the
+ *                            exp2k takes t + h, mk_v_exp2k(t, k) = k
+ *                            2^(t - h), and sm_exp2_args folds h into
+ *                            the argument's FMA (a floored reduction,
+ *                            h = 1/2, needs no subtraction of its own).
  *   MK_V_EXP2_GROUP          G (with MK_V_EXP2): mk_v_exp2k_group(t, k)
  *                            sets t[g] = mk_v_exp2k(t[g], k) for g < G,
  *                            bit for bit, and the base-2 pass takes G
- *                            vectors at a time (its sum in the same order).
+ *                            vectors at a time.
+ *   MK_SM_SUMS               S (with MK_SM_FUSED_SUM and a G divisible by
+ *                            S; 1 by default): the group loop sums P in S
+ *                            accumulators, vector g into g mod S, added
+ *                            into the row's sum after it (one add's
+ *                            latency a vector bounded a short exp).
+ *   MK_SM_CODES_GROUP        1 (with MK_SM_CODES and a group):
+ *                            mk_v_store_codes_group(p, t) writes the G MK_W
+ *                            codes of t[0..G) to p[] at once (a two-source
+ *                            conversion converts two vectors in one).
  *   MK_SM_CODES              1: P leaves as half codes (kernels.h,
  *                            softmax_update_codes): mk_v_store_codes(p, x)
  *                            and mk_v_store_codes_n(p, n, x) write the
@@ -81,6 +95,12 @@
 #endif
 #ifndef MK_SM_CODES
 #define MK_SM_CODES 0
+#endif
+#ifndef MK_V_EXP2_SHIFT
+#define MK_V_EXP2_SHIFT 0.0f
+#endif
+#ifndef MK_SM_SUMS
+#define MK_SM_SUMS 1
 #endif
 
 #define MK_SM_INLINE static inline __attribute__((always_inline))
@@ -289,20 +309,36 @@ MK_SM_INLINE float sm_exp_pass(float *s, int64_t n, MK_V a, MK_V b, MK_V k,
 #define MK_SM_STORE_N(j, cnt, e) mk_v_store_n(s + (j), cnt, e)
 #endif
 #if MK_V_EXP2 && defined(MK_V_EXP2_GROUP)
-    if (base2)
+    if (base2) {
+#if MK_SM_FUSED_SUM
+        _Static_assert(MK_V_EXP2_GROUP % MK_SM_SUMS == 0,
+                       "a group's vectors fill every accumulator");
+        MK_V gsum[MK_SM_SUMS];
+        for (int g = 0; g < MK_SM_SUMS; g++)
+            gsum[g] = mk_v_set1(0.0f);
+#endif
         for (; j + MK_V_EXP2_GROUP * MK_W <= n;
              j += MK_V_EXP2_GROUP * MK_W) {
             MK_V e[MK_V_EXP2_GROUP];
             for (int g = 0; g < MK_V_EXP2_GROUP; g++)
                 e[g] = mk_v_fma(a, mk_v_load(s + j + g * MK_W), b);
             mk_v_exp2k_group(e, k);
-            for (int g = 0; g < MK_V_EXP2_GROUP; g++) {
+#if MK_SM_CODES && defined(MK_SM_CODES_GROUP)
+            mk_v_store_codes_group(codes + j, e);
+#else
+            for (int g = 0; g < MK_V_EXP2_GROUP; g++)
                 MK_SM_STORE(j + g * MK_W, e[g]);
-#if MK_SM_FUSED_SUM
-                sum = mk_v_add(sum, e[g]);
 #endif
-            }
+#if MK_SM_FUSED_SUM
+            for (int g = 0; g < MK_V_EXP2_GROUP; g++)
+                gsum[g % MK_SM_SUMS] = mk_v_add(gsum[g % MK_SM_SUMS], e[g]);
+#endif
         }
+#if MK_SM_FUSED_SUM
+        for (int g = 0; g < MK_SM_SUMS; g++)
+            sum = mk_v_add(sum, gsum[g]); /* 0 + x is x: P >= 0 */
+#endif
+    }
 #endif
     for (; j + MK_W <= n; j += MK_W) {
         MK_V e = sm_p(mk_v_load(s + j), a, b, k, base2);
@@ -342,7 +378,8 @@ static float sm_exp(float *s, int64_t n, MK_V a, MK_V b, uint16_t *codes)
  * every score of the row by one amount, c; k = 2^-c takes it back out, so
  * P is exp(a s[j] - max') to the FMA's rounding, 2^-24 of |A s[j] - B| (a
  * relative 1e-6 of P at e^-20 of the row's largest), and the polynomial's
- * error. Returns sum_j s[j]. */
+ * error. With MK_V_EXP2_SHIFT h the FMA adds h - B (rounded: c holds
+ * that rounding too) and mk_v_exp2k takes h back out. Returns sum_j s[j]. */
 static float sm_exp2(float *s, int64_t n, MK_V a, MK_V negb, MK_V k,
                      uint16_t *codes)
 {
@@ -365,10 +402,16 @@ static inline int sm_exp2_args(const sm_base2 *b2, float mx, float *negb,
 #if MK_V_EXP2
     if (!(fabsf(mx) <= 4096.0f && b2->a >= 0x1p-60f && b2->a <= 0x1p120f))
         return 0;
-    const float L = 1.44269504f, B = mx * L;
-    const float c = fmaf(mx, L, -B) - mx * b2->q;
+    const float L = 1.44269504f, B = mx * L, h = MK_V_EXP2_SHIFT;
+    float c = fmaf(mx, L, -B) - mx * b2->q;
+    /* The argument's constant is h - B rounded, nb, and mk_v_exp2k takes
+     * h back out: the rounding, err = (h - B) - nb (exact, by Knuth's
+     * two-sum), shifts every score by -err, which k takes out with c. */
+    const float nb = h - B, bv = nb - h;
+    const float err = (h - (nb - bv)) + (-B - bv);
+    c -= err;
     const float y = c * -0.693147181f;
-    *negb = -B;
+    *negb = nb;
     *k = fmaf(y, fmaf(0.5f, y, 1.0f), 1.0f);
     return 1;
 #else
@@ -437,8 +480,10 @@ MK_SM_INLINE int sm_row_exp(float *row, int64_t n, const sm_rowpass *rp,
     }
 #define MK_SM_ZERO_OUTSIDE()                                                \
     do {                                                                    \
-        memset(codes, 0, (size_t)lo * sizeof *codes);                       \
-        memset(codes + hi, 0, (size_t)(ncodes - hi) * sizeof *codes);       \
+        if (lo > 0)                                                         \
+            memset(codes, 0, (size_t)lo * sizeof *codes);                   \
+        if (ncodes > hi)                                                    \
+            memset(codes + hi, 0, (size_t)(ncodes - hi) * sizeof *codes);   \
     } while (0)
 #else
     if (rp->mx == -INFINITY) {

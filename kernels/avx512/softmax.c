@@ -74,36 +74,47 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
     return _mm512_scalef_ps(MK_EXP2_DEG6(_mm512_fmadd_ps, MK_C1, f), n);
 #undef MK_C1
 }
-/* k 2^t for t <= 2^-20 (sm_exp2 of softmax_driver.h: the exp pass in
- * base 2, its argument out of one FMA, k a correction near 1): f = t -
- * n, n = t rounded to nearest, by VREDUCEPS (exact) and n = t - f (exact
- * too), the polynomial's coefficients times k (hoisted out of the
- * caller's loop: k is the same across it): degree 5 (2.1e-7), or with
- * MK_AVX512_EXP_BF16 (the bf16 table's step, whose P is rounded to bf16,
- * 2^-9, before it multiplies) degree 4 (2.7e-6); times 2^n by VSCALEFPS,
- * which takes the results below FLT_MIN down to subnormals and 0. No
- * clamp: VREDUCEPS gives +0 for -inf, so n = -inf and VSCALEFPS makes 0;
- * a NaN stays NaN. The values are VRNDSCALEPS's (f and n are the same
- * numbers) without the clamp that -inf needed there. (f = t - floor(t)
- * alone, VSCALEFPS flooring t itself, would save the subtraction too, but
- * puts the polynomial's jump from f = 1 to f = 0 at t = 0, the row's
- * maximum: two rows whose maxima differ by an ulp then get P = 1 from
- * the polynomial's two ends, a layer test of one visible key caught it.)
- * 8 instructions a vector at degree 5; with the argument's FMA, 10 a
- * score vector against sm_exp's 15. */
+/* k 2^(t - 1/2) for t <= 1/2 + 2^-20 (sm_exp2 of softmax_driver.h: the
+ * exp pass in base 2, its argument out of one FMA that also adds the 1/2,
+ * MK_V_EXP2_SHIFT; k a correction near 1): x = t - floor(t) in [0, 1) by
+ * VREDUCEPS rounding down (exact), 2^(x - 1/2) by the polynomial
+ * re-expanded in x (kernels/exp2_poly.h, the coefficients times k,
+ * hoisted out of the caller's loop: k is the same across it), degree 5
+ * (1.7e-7) or with MK_AVX512_EXP_BF16 (the bf16 table's step, whose P is
+ * rounded to bf16, 2^-9, before it multiplies) degree 4 (2.7e-6); times
+ * 2^floor(t) by VSCALEFPS, which floors t itself and takes the results
+ * below FLT_MIN down to subnormals and 0. The floor and the polynomial's
+ * x agree, so no n = t - f is formed (one instruction a vector fewer than
+ * rounding to nearest). The 1/2 puts the polynomial's jump from x = 1 to
+ * x = 0 where rounding to nearest had it, half an integer from the row's
+ * maximum (t = 1/2 there): flooring t - 1/2 itself would jump at the
+ * maximum, where two rows whose maxima differ by an ulp got P = 1 from
+ * the polynomial's two ends (a layer test of one visible key caught it).
+ * No clamp: VREDUCEPS gives +0 for -inf and VSCALEFPS makes 0 of 2^-inf;
+ * a NaN stays NaN. 7 instructions a vector at degree 5; with the
+ * argument's FMA, 9 a score vector against sm_exp's 15. */
 MK_INLINE MK_V mk_v_exp2k(MK_V t, MK_V k)
 {
-    __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT |
-                                       _MM_FROUND_NO_EXC);
-    __m512 n = _mm512_sub_ps(t, f);
+    __m512 x = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
 #define MK_CK(c) _mm512_mul_ps(_mm512_set1_ps(c), k)
 #ifdef MK_AVX512_EXP_BF16
-    __m512 p = MK_EXP2_DEG4(_mm512_fmadd_ps, MK_CK, f);
+    __m512 p = MK_EXP2_DEG4_HALF(_mm512_fmadd_ps, MK_CK, x);
 #else
-    __m512 p = MK_EXP2_DEG5(_mm512_fmadd_ps, MK_CK, f);
+    __m512 p = MK_EXP2_DEG5_HALF(_mm512_fmadd_ps, MK_CK, x);
 #endif
 #undef MK_CK
-    return _mm512_scalef_ps(p, n);
+    return _mm512_scalef_ps(p, t);
+}
+#define MK_V_EXP2_SHIFT 0.5f
+/* Two vectors a group, each summed into its own accumulator: the adds'
+ * latency (4 cycles) then no longer bounds a vector's 8 or 9 instructions
+ * on two ports. */
+#define MK_V_EXP2_GROUP 2
+#define MK_SM_SUMS 2
+MK_INLINE void mk_v_exp2k_group(MK_V t[2], MK_V k)
+{
+    t[0] = mk_v_exp2k(t[0], k);
+    t[1] = mk_v_exp2k(t[1], k);
 }
 #define MK_V_EXP2 1
 #define mk_v_tanh Sleef_tanhf16_u10avx512f

@@ -23,6 +23,16 @@ mk_v_store_codes_n(uint16_t *p, int64_t n, __m512 x)
                              (__m256i)_mm512_cvtneps_pbh(x));
 }
 
+/* Two vectors' codes at once (the exp pass's groups of two, MK_SM_CODES_
+ * GROUP): VCVTNE2PS2BF16 converts both, the first into the low half, in
+ * the uops VCVTNEPS2BF16 takes for one; the same rounding. */
+#define MK_SM_CODES_GROUP 1
+static inline __attribute__((always_inline)) void
+mk_v_store_codes_group(uint16_t *p, const __m512 t[2])
+{
+    _mm512_storeu_si512((void *)p, (__m512i)_mm512_cvtne2ps_pbh(t[1], t[0]));
+}
+
 #define MK_AVX512_EXP_BF16 1
 #define MK_AVX512_SOFTMAX_ISA avx512bf16
 #include "avx512/softmax.c"
