@@ -107,14 +107,18 @@ void MK_AMX(qk_bf16_16x16)(const uint16_t *q, ptrdiff_t ldq, int64_t m,
     _Alignas(64) uint32_t sb[16][16];
     _Alignas(64) float sc[16][16];
     MK_AMX_BEGIN();
-    for (int64_t i0 = 0; i0 < m; i0 += 32) {
-        const int64_t rows0 = at_most16(m - i0);
-        const int64_t rows1 = m - i0 > 16 ? at_most16(m - i0 - 16) : 0;
-        const uint16_t *q0 = q + i0 * ldq;
-        for (int64_t j0 = 0; j0 < n; j0 += 32) {
-            const float *panel = kp + j0 * pairs;
-            const int64_t keys0 = at_most16(n - j0);
-            const int64_t keys1 = n - j0 > 16 ? at_most16(n - j0 - 16) : 0;
+    /* Key panels outside the row blocks: a panel's tiles are read from
+     * L2 once and again from L1 by the next row blocks (the panels of a
+     * 512-key block, 64 KiB at d = 64, do not stay in L1 from one row
+     * block to the next; docs/benchmarks.md, the 37th session). */
+    for (int64_t j0 = 0; j0 < n; j0 += 32) {
+        const float *panel = kp + j0 * pairs;
+        const int64_t keys0 = at_most16(n - j0);
+        const int64_t keys1 = n - j0 > 16 ? at_most16(n - j0 - 16) : 0;
+        for (int64_t i0 = 0; i0 < m; i0 += 32) {
+            const int64_t rows0 = at_most16(m - i0);
+            const int64_t rows1 = m - i0 > 16 ? at_most16(m - i0 - 16) : 0;
+            const uint16_t *q0 = q + i0 * ldq;
             MK_AMX_ZERO(C00);
             MK_AMX_ZERO(C01);
             MK_AMX_ZERO(C10);
