@@ -76,14 +76,17 @@ static int64_t heads_ahead_bytes(void)
 }
 
 /* Whether that fetch may go into L1: only where the whole distance fits
- * two thirds of it (48 KiB or more). Beside the block's queries or
- * outputs (16 KiB for 32 fp32 heads at d = 128), a fetch into a 32 KiB
- * L1 evicts the rows before they are read: [B, L, H, D] decode into L1
- * read 0.5-0.7x its rate into L2 on Zen 4, where into L1 is 1.1-1.3x on
- * Zen 5 (docs/benchmarks.md). */
+ * two thirds of it (48 KiB or more), and not on Intel's cores. Beside the
+ * block's queries or outputs (16 KiB for 32 fp32 heads at d = 128), a
+ * fetch into a 32 KiB L1 evicts the rows before they are read: [B, L, H,
+ * D] decode into L1 read 0.5-0.7x its rate into L2 on Zen 4, where into
+ * L1 is 1.1-1.3x on Zen 5. Intel's 48 KiB L1 (Xeon model 207) is Zen 5's
+ * size but not its behaviour: into L1, [B, L, H, D] read 0.83-0.87x [B,
+ * H, L, D] (fp32, f16, bf16); into L2, 0.95-0.99x (docs/benchmarks.md). */
 static int heads_fetch_into_l1(void)
 {
-    return mha_cpu_l1d_bytes() / 3 * 2 >= MK_HEADS_AHEAD_BYTES;
+    return !mha_cpu_is_intel() &&
+           mha_cpu_l1d_bytes() / 3 * 2 >= MK_HEADS_AHEAD_BYTES;
 }
 
 /* The bytes a pass of the kernels' loops across kv heads may hold in L1:

@@ -28,6 +28,8 @@ int mha_cpu_detect_amx_bf16(void);
 int mha_cpu_detect_neon(void);
 int mha_cpu_detect_neon_bf16(void);
 int mha_cpu_detect_neon_fhm(void);
+/* cpu.c: whether the CPU is Intel's (CPUID's vendor string). */
+int mha_cpu_is_intel(void);
 /* cpu.c: the L1 data cache's size in bytes (cached; 32 KiB if unknown). */
 int64_t mha_cpu_l1d_bytes(void);
 
