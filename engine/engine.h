@@ -62,9 +62,11 @@ typedef struct {
 } mha_dtype_traits;
 const mha_dtype_traits *mha_dtype_traits_of(mha_dtype dtype);
 /* Rows of fp32 (x, row stride ldx) rounded to nearest even into fp16 or
- * bf16 rows (y, stride ldy elements): a half compute dtype's output. */
-void mha_narrow_rows(mha_dtype dtype, const float *x, ptrdiff_t ldx,
-                     int64_t rows, int64_t n, void *y, ptrdiff_t ldy);
+ * bf16 rows (y, stride ldy elements): a half compute dtype's output, by
+ * the table's narrow kernel where it has one (the same bits). */
+void mha_narrow_rows(const mk_table *t, mha_dtype dtype, const float *x,
+                     ptrdiff_t ldx, int64_t rows, int64_t n, void *y,
+                     ptrdiff_t ldy);
 
 /* The validated problem of one attention call, shared with the layer. */
 typedef struct mha_problem {

@@ -385,7 +385,7 @@ static void project_bf16_rows(const mk_table *t, const mha_layer *l, int i,
             t->widen[MK_BF16](a + r * lda, k, in + r * k);
         t->linear(in, k, m, l->w[i], n, k, bias, acc, n);
     }
-    mha_narrow_rows(MHA_BF16, acc, n, m, n, c, ldc);
+    mha_narrow_rows(t, MHA_BF16, acc, n, m, n, c, ldc);
 }
 
 /* c = a w^T + b over batch x seq rows (projection i of the layer, in its

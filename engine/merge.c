@@ -58,7 +58,7 @@ void mha_finish_rows(const mk_table *t, const mha_problem *p,
                     memcpy(y, rb->out + r * rb->ldo,
                            (size_t)p->dv * sizeof(float));
                 else
-                    mha_narrow_rows(p->compute, rb->out + r * rb->ldo,
+                    mha_narrow_rows(t, p->compute, rb->out + r * rb->ldo,
                                     rb->ldo, 1, p->dv, y, 0);
             }
         }
@@ -80,7 +80,7 @@ void mha_finish_rows(const mk_table *t, const mha_problem *p,
                                                       : MK_DECODE_ROWS;
             t->normalize(o + r * p->dv, p->dv, n, p->dv, l + r,
                          rb->out + r * rb->ldo, rb->ldo);
-            mha_narrow_rows(p->compute, rb->out + r * rb->ldo, rb->ldo, n,
+            mha_narrow_rows(t, p->compute, rb->out + r * rb->ldo, rb->ldo, n,
                             p->dv,
                             (char *)rb->out_dst +
                                 (size_t)(r * rb->ldo_dst) * es,

@@ -54,6 +54,26 @@
         loop(x, n, y, bf16_to_f32);                            \
     }
 
+/* The narrow slots (fp32 -> binary16 and bfloat16 codes). */
+#define MK_DECLARE_NARROW(isa)                                 \
+    mk_narrow_fn mk_##isa##_narrow_f16, mk_##isa##_narrow_bf16
+#define MK_SET_NARROW(t, isa)                                  \
+    ((t)->narrow[MK_F16] = mk_##isa##_narrow_f16,              \
+     (t)->narrow[MK_BF16] = mk_##isa##_narrow_bf16)
+/* Defines both as loop(x, n, y, from_f32) over the ISA's converter of one
+ * vector to each dtype's codes. */
+#define MK_DEFINE_NARROW(isa, loop, f32_to_f16, f32_to_bf16)   \
+    void mk_##isa##_narrow_f16(const float *x, int64_t n, uint16_t *y) \
+    {                                                          \
+        assert(n >= 0 && (n == 0 || (x && y)));                \
+        loop(x, n, y, f32_to_f16);                             \
+    }                                                          \
+    void mk_##isa##_narrow_bf16(const float *x, int64_t n, uint16_t *y) \
+    {                                                          \
+        assert(n >= 0 && (n == 0 || (x && y)));                \
+        loop(x, n, y, f32_to_bf16);                            \
+    }
+
 /* The half compute slots of an ISA with a dot product of half dtype h
  * (bf16 or f16; all of them but softmax_update, which a table sets to the
  * step it chooses); H is the slot set's index (MK_HALF_BF16, MK_HALF_F16).

@@ -3,7 +3,8 @@
  * and CPU can run (kernel_check.h), on edge shapes: m below / equal to /
  * above block_q, n below / equal to / above block_k, depths 1, 3, 17, 64,
  * 129, prime row strides, broadcast input rows; pack + qk, pv, normalize,
- * pack + linear, and widen over every binary16 and bfloat16 input. Each
+ * pack + linear, widen over every binary16 and bfloat16 input, and
+ * narrow (fp32 to those codes) around every code, tie and special. Each
  * kernel is checked against plain double loops (TOL_REF) and, for a table
  * other than generic, against the generic table's float result
  * (TOL_KERNEL). The softmax step is test_softmax.c, the decode kernels
@@ -347,6 +348,161 @@ START_TEST(cvt_bf16_exhaustive)
 END_TEST
 
 
+/* ---- Narrowing a half compute call's output --------------------------- */
+
+/* The value of code c of a half dtype, the code of infinity standing for
+ * the next power of two (IEEE's overflow rule: a value rounds as if the
+ * exponent went on). c a finite or infinite positive code. */
+static double narrow_value(uint16_t c, int bf16)
+{
+    uint16_t inf = bf16 ? 0x7F80 : 0x7C00;
+    if (c == inf)
+        return bf16 ? ldexp(1.0, 128) : 65536.0;
+    return bf16 ? (double)ref_bf16(c) : (double)ref_f16(c);
+}
+
+/* The oracle: the positive code nearest |x| by distances in double (ties
+ * to the even code), the sign put back; a NaN the quiet NaN with x's sign
+ * and top payload bits (kernels.h, mk_narrow_fn). */
+static uint16_t ref_narrow(float x, int bf16)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    if (isnan(x))
+        return bf16 ? (uint16_t)((u >> 16) | 0x40u)
+                    : (uint16_t)(sign | 0x7E00u | ((u >> 13) & 0x3FFu));
+    const uint16_t inf = bf16 ? 0x7F80 : 0x7C00;
+    const double a = fabs((double)x);
+    if (a >= narrow_value(inf, bf16))
+        return (uint16_t)(sign | inf);
+    /* lo: the largest code whose value is <= a (codes ascend with their
+     * values). */
+    uint16_t lo = 0, hi = inf;
+    while (hi - lo > 1) {
+        uint16_t mid = (uint16_t)((lo + hi) / 2);
+        if (narrow_value(mid, bf16) <= a)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    const double dlo = a - narrow_value(lo, bf16);
+    const double dhi = narrow_value(hi, bf16) - a;
+    const uint16_t c = dlo < dhi ? lo : dhi < dlo ? hi : (lo & 1) ? hi : lo;
+    return (uint16_t)(sign | c);
+}
+
+static void push_float(float *x, size_t *n, float v) { x[(*n)++] = v; }
+
+/* Every finite code's value, the midpoint to the next (a tie), one float
+ * ulp either side of each, both signs; the specials (zeros, infinities,
+ * quiet and signalling NaNs, fp32 subnormals, FLT_MAX); and random bits. */
+static float *narrow_inputs(int bf16, size_t *count)
+{
+    const uint16_t inf = bf16 ? 0x7F80 : 0x7C00;
+    const size_t most = (size_t)inf * 10 + 64 + 200000;
+    float *x = test_alloc(most * sizeof *x);
+    size_t n = 0;
+    for (uint16_t c = 0; c < inf; c++) {
+        double v = narrow_value(c, bf16), w = narrow_value(c + 1, bf16);
+        float fv = (float)v, mid = (float)((v + w) / 2); /* exact */
+        float f[5] = {fv, nextafterf(fv, INFINITY), mid,
+                      nextafterf(mid, 0.0f), nextafterf(mid, INFINITY)};
+        for (int k = 0; k < 5; k++)
+            if (isfinite(f[k])) {
+                push_float(x, &n, f[k]);
+                push_float(x, &n, -f[k]);
+            }
+    }
+    static const uint32_t special[] = {
+        0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u,
+        0xFFC00000u, 0x7F800001u, 0xFF812345u, 0x7FFFFFFFu, 0x7FA0A0A0u,
+        0x00000001u, 0x807FFFFFu, 0x00400000u, 0x7F7FFFFFu, 0xFF7FFFFFu,
+        0x477FF000u, 0x477FEFFFu, 0x33000000u, 0x33000001u, 0x7F7FFFFFu};
+    for (size_t i = 0; i < sizeof special / sizeof *special; i++) {
+        float f;
+        memcpy(&f, &special[i], sizeof f);
+        push_float(x, &n, f);
+    }
+    test_rng r;
+    rng_seed(&r, 0x4E41u + (unsigned)bf16);
+    for (int i = 0; i < 200000 && n < most; i++) {
+        uint32_t b = (uint32_t)rng_next(&r);
+        float f;
+        memcpy(&f, &b, sizeof f);
+        push_float(x, &n, f);
+    }
+    *count = n;
+    return x;
+}
+
+/* Each table's narrow kernel (the engine's own loop where it has none,
+ * through mha_narrow_rows as the engine calls it) against the oracle, bit
+ * for bit, in runs of awkward lengths with nothing written past a run. */
+static void narrow_all(int bf16)
+{
+    table_set ts;
+    get_tables(&ts);
+    size_t n;
+    float *x = narrow_inputs(bf16, &n);
+    uint16_t *want = test_alloc(n * sizeof *want);
+    for (size_t i = 0; i < n; i++)
+        want[i] = ref_narrow(x[i], bf16);
+    uint16_t *y = test_alloc((n + GUARD) * sizeof *y);
+    static const int64_t runs[] = {1, 7, 8, 9, 15, 16, 17, 31, 64, 1000};
+    int kernels = 0;
+    for (int t = 0; t < ts.n; t++) {
+        const mk_table *tab = &ts.t[t];
+        const char *isa = mha_isa_name(ts.isa[t]);
+        kernels += tab->narrow[bf16 ? MK_BF16 : MK_F16] != NULL;
+        memset(y, 0xA5, (n + GUARD) * sizeof *y);
+        size_t at = 0;
+        for (int k = 0; at < n; k++) {
+            int64_t len = runs[k % 10];
+            if ((size_t)len > n - at)
+                len = (int64_t)(n - at);
+            mha_narrow_rows(tab, bf16 ? MHA_BF16 : MHA_F16, x + at, len, 1,
+                            len, y + at, len);
+            REQUIRE(at + (size_t)len == n || y[at + (size_t)len] == 0xA5A5,
+                    "narrow [%s]: wrote past a run of %lld", isa,
+                    (long long)len);
+            at += (size_t)len;
+        }
+        for (size_t i = 0; i < n; i++) {
+            uint32_t b;
+            memcpy(&b, &x[i], sizeof b);
+            REQUIRE(y[i] == want[i], "narrow_%s [%s]: 0x%08x -> 0x%04x, want "
+                    "0x%04x", bf16 ? "bf16" : "f16", isa, (unsigned)b,
+                    (unsigned)y[i], (unsigned)want[i]);
+        }
+        for (size_t i = n; i < n + GUARD; i++)
+            REQUIRE(y[i] == 0xA5A5, "narrow [%s]: wrote past n", isa);
+    }
+    /* The engine's own loop once more, with no table. */
+    mha_narrow_rows(NULL, bf16 ? MHA_BF16 : MHA_F16, x, (ptrdiff_t)n, 1,
+                    (int64_t)n, y, (ptrdiff_t)n);
+    for (size_t i = 0; i < n; i++)
+        REQUIRE(y[i] == want[i], "narrow_%s [engine]: element %zu",
+                bf16 ? "bf16" : "f16", i);
+    printf("narrow_%s: %zu inputs, %d of %d tables with a kernel\n",
+           bf16 ? "bf16" : "f16", n, kernels, ts.n);
+    free(x);
+    free(want);
+    free(y);
+}
+
+START_TEST(narrow_f16_all)
+{
+    narrow_all(0);
+}
+END_TEST
+
+START_TEST(narrow_bf16_all)
+{
+    narrow_all(1);
+}
+END_TEST
+
 /* ---- Broadcast input rows ---------------------------------------------
  * The engine passes a tensor's seq stride as a kernel's row stride, and
  * the public API accepts 0 there for inputs (one row broadcast to all). */
@@ -569,6 +725,8 @@ Suite *suite_kernels(void)
     tcase_add_test(tc, linear_deep_in_order);
     tcase_add_test(tc, cvt_f16_exhaustive);
     tcase_add_test(tc, cvt_bf16_exhaustive);
+    tcase_add_test(tc, narrow_f16_all);
+    tcase_add_test(tc, narrow_bf16_all);
     tcase_add_test(tc, broadcast_input_rows);
     tcase_add_test(tc, half_slots);
     suite_add_tcase(s, tc);

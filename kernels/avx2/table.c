@@ -21,5 +21,6 @@ void mk_init_avx2(mk_table *t)
     MK_SET_DECODE(t, avx2);
     t->decode_heads = 1;
     MK_SET_WIDEN(t, avx2);
+    MK_SET_NARROW(t, avx2);
     MK_SET_PEAK(t, avx2);
 }

@@ -33,5 +33,6 @@ void mk_init_avx512(mk_table *t)
     MK_SET_PREFILL(t, avx512, 12x32);
     MK_SET_DECODE(t, avx512);
     MK_SET_WIDEN(t, avx512);
+    MK_SET_NARROW(t, avx512);
     MK_SET_PEAK(t, avx512);
 }
