@@ -147,7 +147,7 @@ void mha_narrow_rows(const mk_table *t, mha_dtype dtype, const float *x,
         const float *xr = x + r * ldx;
         uint16_t *yr = (uint16_t *)y + r * ldy;
         if (kernel)
-            kernel(xr, n, yr);
+            kernel(xr, n, 1.0f, yr);
         else if (dtype == MHA_BF16)
             for (int64_t c = 0; c < n; c++) {
                 /* to_bf16 without branches, so the loop vectorises: the

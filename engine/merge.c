@@ -36,12 +36,44 @@ float mha_merge_lse(float m, float l)
     return l == 0.0f ? -INFINITY : m + logf(l);
 }
 
+/* A half compute call's rows through the table's narrow kernel, which
+ * normalises and narrows a row in one pass (normalize's product, so the
+ * same bits as normalize into the staging rows and narrowing them, which
+ * cost a store and a load of every output float: 2.5% of AMX bf16 prefill
+ * at 2048 keys, docs/benchmarks.md); NULL for fp32 or a table without
+ * one. */
+static mk_narrow_fn *fused_narrow(const mk_table *t, mha_dtype compute)
+{
+    if (compute == MHA_F32)
+        return NULL;
+    return t->narrow[compute == MHA_BF16 ? MK_BF16 : MK_F16];
+}
+
+/* One row: normalize's zeros for a zero sum, else o times 1 / l. */
+static void finish_row(mk_narrow_fn *narrow, const float *o, float l,
+                       int64_t dv, void *y)
+{
+    if (l == 0.0f)
+        memset(y, 0, (size_t)dv * sizeof(uint16_t));
+    else
+        narrow(o, dv, 1.0f / l, y);
+}
+
 void mha_finish_rows(const mk_table *t, const mha_problem *p,
                      const mha_row_block *rb, const float *o, const float *m,
                      const float *l)
 {
     size_t es = mha_dtype_size(p->compute);
-    if (rb->ilv > 1) {
+    mk_narrow_fn *narrow = fused_narrow(t, p->compute);
+    if (narrow) {
+        for (int64_t r = 0; r < rb->rows; r++) {
+            ptrdiff_t at = rb->ilv > 1 ? mha_ilv_at(rb, r, rb->o_qs,
+                                                    rb->ldo_dst)
+                                       : r * rb->ldo_dst;
+            finish_row(narrow, o + r * p->dv, l[r], p->dv,
+                       (char *)rb->out_dst + (size_t)at * es);
+        }
+    } else if (rb->ilv > 1) {
         /* Interleaved queries: normalised into the staging rows
          * MK_DECODE_ROWS at a time (kept in L1, as below), each row then
          * copied or narrowed to its query and head. */
@@ -62,13 +94,7 @@ void mha_finish_rows(const mk_table *t, const mha_problem *p,
                                     rb->ldo, 1, p->dv, y, 0);
             }
         }
-        if (rb->lse)
-            for (int64_t r = 0; r < rb->rows; r++)
-                rb->lse[mha_ilv_at(rb, r, 1, rb->lse_ld)] =
-                    mha_merge_lse(m[r], l[r]);
-        return;
-    }
-    if (p->compute == MHA_F32) {
+    } else if (p->compute == MHA_F32) {
         t->normalize(o, p->dv, rb->rows, p->dv, l, rb->out, rb->ldo);
     } else {
         /* rb->out is the staging rows: normalised and narrowed
@@ -89,7 +115,8 @@ void mha_finish_rows(const mk_table *t, const mha_problem *p,
     }
     if (rb->lse)
         for (int64_t r = 0; r < rb->rows; r++)
-            rb->lse[r * rb->lse_ld] = mha_merge_lse(m[r], l[r]);
+            rb->lse[rb->ilv > 1 ? mha_ilv_at(rb, r, 1, rb->lse_ld)
+                                : r * rb->lse_ld] = mha_merge_lse(m[r], l[r]);
 }
 
 /* Each partial holds rows x dv accumulator, then rows maxima, then rows

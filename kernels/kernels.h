@@ -409,11 +409,14 @@ static inline const char *mk_decode_row(const void *base, ptrdiff_t ld,
  * dtype's codes widen to their unscaled values (the engine applies the
  * row's scale). */
 typedef void mk_widen_fn(const void *x, int64_t n, float *y);
-/* Narrows n floats to the codes of a half dtype (binary16 or bfloat16),
- * rounded to nearest even, bit for bit engine/dtype.c's conversion:
- * overflow to infinity, binary16 subnormals kept, NaN a quiet NaN with its
- * sign and top payload bits. Reads x[0..n), writes y[0..n) only. */
-typedef void mk_narrow_fn(const float *x, int64_t n, uint16_t *y);
+/* Narrows n floats times scale (the product rounded to fp32 first, as
+ * normalize's: scale 1 narrows x itself) to the codes of a half dtype
+ * (binary16 or bfloat16), rounded to nearest even, bit for bit
+ * engine/dtype.c's conversion: overflow to infinity, binary16 subnormals
+ * kept, NaN a quiet NaN with its sign and top payload bits. Reads
+ * x[0..n), writes y[0..n) only. */
+typedef void mk_narrow_fn(const float *x, int64_t n, float scale,
+                          uint16_t *y);
 /* c = a w^T (+ bias): w packed by pack (n rows of depth k). */
 typedef void mk_linear_fn(const float *a, ptrdiff_t lda, int64_t m,
                           const float *wp, int64_t n, int64_t k,

@@ -60,18 +60,20 @@
 #define MK_SET_NARROW(t, isa)                                  \
     ((t)->narrow[MK_F16] = mk_##isa##_narrow_f16,              \
      (t)->narrow[MK_BF16] = mk_##isa##_narrow_bf16)
-/* Defines both as loop(x, n, y, from_f32) over the ISA's converter of one
- * vector to each dtype's codes. */
+/* Defines both as loop(x, n, scale, y, from_f32) over the ISA's converter
+ * of one vector to each dtype's codes. */
 #define MK_DEFINE_NARROW(isa, loop, f32_to_f16, f32_to_bf16)   \
-    void mk_##isa##_narrow_f16(const float *x, int64_t n, uint16_t *y) \
+    void mk_##isa##_narrow_f16(const float *x, int64_t n, float scale, \
+                               uint16_t *y)                    \
     {                                                          \
         assert(n >= 0 && (n == 0 || (x && y)));                \
-        loop(x, n, y, f32_to_f16);                             \
+        loop(x, n, scale, y, f32_to_f16);                      \
     }                                                          \
-    void mk_##isa##_narrow_bf16(const float *x, int64_t n, uint16_t *y) \
+    void mk_##isa##_narrow_bf16(const float *x, int64_t n, float scale, \
+                                uint16_t *y)                   \
     {                                                          \
         assert(n >= 0 && (n == 0 || (x && y)));                \
-        loop(x, n, y, f32_to_bf16);                            \
+        loop(x, n, scale, y, f32_to_bf16);                     \
     }
 
 /* The half compute slots of an ISA with a dot product of half dtype h

@@ -438,7 +438,9 @@ static float *narrow_inputs(int bf16, size_t *count)
 
 /* Each table's narrow kernel (the engine's own loop where it has none,
  * through mha_narrow_rows as the engine calls it) against the oracle, bit
- * for bit, in runs of awkward lengths with nothing written past a run. */
+ * for bit, in runs of awkward lengths with nothing written past a run;
+ * then each kernel with a scale (normalize's product, rounded to fp32
+ * first, then narrowed). */
 static void narrow_all(int bf16)
 {
     table_set ts;
@@ -446,39 +448,53 @@ static void narrow_all(int bf16)
     size_t n;
     float *x = narrow_inputs(bf16, &n);
     uint16_t *want = test_alloc(n * sizeof *want);
-    for (size_t i = 0; i < n; i++)
-        want[i] = ref_narrow(x[i], bf16);
     uint16_t *y = test_alloc((n + GUARD) * sizeof *y);
     static const int64_t runs[] = {1, 7, 8, 9, 15, 16, 17, 31, 64, 1000};
+    static const float scales[] = {1.0f, 0.3f, 1.0f / 3.0f, 4096.0f};
+    const mk_dtype dt = bf16 ? MK_BF16 : MK_F16;
     int kernels = 0;
-    for (int t = 0; t < ts.n; t++) {
-        const mk_table *tab = &ts.t[t];
-        const char *isa = mha_isa_name(ts.isa[t]);
-        kernels += tab->narrow[bf16 ? MK_BF16 : MK_F16] != NULL;
-        memset(y, 0xA5, (n + GUARD) * sizeof *y);
-        size_t at = 0;
-        for (int k = 0; at < n; k++) {
-            int64_t len = runs[k % 10];
-            if ((size_t)len > n - at)
-                len = (int64_t)(n - at);
-            mha_narrow_rows(tab, bf16 ? MHA_BF16 : MHA_F16, x + at, len, 1,
-                            len, y + at, len);
-            REQUIRE(at + (size_t)len == n || y[at + (size_t)len] == 0xA5A5,
-                    "narrow [%s]: wrote past a run of %lld", isa,
-                    (long long)len);
-            at += (size_t)len;
+    for (size_t sc = 0; sc < sizeof scales / sizeof *scales; sc++) {
+        const float scale = scales[sc];
+        for (size_t i = 0; i < n; i++)
+            want[i] = ref_narrow(x[i] * scale, bf16);
+        for (int t = 0; t < ts.n; t++) {
+            const mk_table *tab = &ts.t[t];
+            const char *isa = mha_isa_name(ts.isa[t]);
+            if (sc > 0 && !tab->narrow[dt])
+                continue;
+            kernels += sc == 0 && tab->narrow[dt] != NULL;
+            memset(y, 0xA5, (n + GUARD) * sizeof *y);
+            size_t at = 0;
+            for (int k = 0; at < n; k++) {
+                int64_t len = runs[k % 10];
+                if ((size_t)len > n - at)
+                    len = (int64_t)(n - at);
+                if (sc == 0)
+                    mha_narrow_rows(tab, bf16 ? MHA_BF16 : MHA_F16, x + at,
+                                    len, 1, len, y + at, len);
+                else
+                    tab->narrow[dt](x + at, len, scale, y + at);
+                REQUIRE(at + (size_t)len == n ||
+                            y[at + (size_t)len] == 0xA5A5,
+                        "narrow [%s]: wrote past a run of %lld", isa,
+                        (long long)len);
+                at += (size_t)len;
+            }
+            for (size_t i = 0; i < n; i++) {
+                uint32_t b;
+                memcpy(&b, &x[i], sizeof b);
+                REQUIRE(y[i] == want[i],
+                        "narrow_%s [%s] scale %g: 0x%08x -> 0x%04x, want "
+                        "0x%04x", bf16 ? "bf16" : "f16", isa, (double)scale,
+                        (unsigned)b, (unsigned)y[i], (unsigned)want[i]);
+            }
+            for (size_t i = n; i < n + GUARD; i++)
+                REQUIRE(y[i] == 0xA5A5, "narrow [%s]: wrote past n", isa);
         }
-        for (size_t i = 0; i < n; i++) {
-            uint32_t b;
-            memcpy(&b, &x[i], sizeof b);
-            REQUIRE(y[i] == want[i], "narrow_%s [%s]: 0x%08x -> 0x%04x, want "
-                    "0x%04x", bf16 ? "bf16" : "f16", isa, (unsigned)b,
-                    (unsigned)y[i], (unsigned)want[i]);
-        }
-        for (size_t i = n; i < n + GUARD; i++)
-            REQUIRE(y[i] == 0xA5A5, "narrow [%s]: wrote past n", isa);
     }
     /* The engine's own loop once more, with no table. */
+    for (size_t i = 0; i < n; i++)
+        want[i] = ref_narrow(x[i], bf16);
     mha_narrow_rows(NULL, bf16 ? MHA_BF16 : MHA_F16, x, (ptrdiff_t)n, 1,
                     (int64_t)n, y, (ptrdiff_t)n);
     for (size_t i = 0; i < n; i++)

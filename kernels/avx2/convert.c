@@ -38,18 +38,23 @@ static inline __m256 bf16_to_f32_8(__m128i h)
 /* y[i] = x[i] widened, i < n (binary16 and bfloat16). */
 MK_DEFINE_WIDEN(avx2, widen, f16_to_f32_8, bf16_to_f32_8)
 
-/* y[0..n) from x[0..n) through narrow8, which maps 8 floats to 8 codes. */
+/* y[0..n) from x[0..n) times scale through narrow8, which maps 8 floats
+ * to 8 codes. */
 static inline __attribute__((always_inline)) void
-narrow(const float *x, int64_t n, uint16_t *y, __m128i (*narrow8)(__m256))
+narrow(const float *x, int64_t n, float scale, uint16_t *y,
+       __m128i (*narrow8)(__m256))
 {
+    const __m256 s = _mm256_set1_ps(scale);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(y + i), narrow8(_mm256_loadu_ps(x + i)));
+        _mm_storeu_si128((__m128i *)(y + i),
+                         narrow8(_mm256_mul_ps(_mm256_loadu_ps(x + i), s)));
     if (i < n) {
         float in[8] = {0};
         uint16_t out[8];
         memcpy(in, x + i, (size_t)(n - i) * sizeof *x);
-        _mm_storeu_si128((__m128i *)out, narrow8(_mm256_loadu_ps(in)));
+        _mm_storeu_si128((__m128i *)out,
+                         narrow8(_mm256_mul_ps(_mm256_loadu_ps(in), s)));
         memcpy(y + i, out, (size_t)(n - i) * sizeof *y);
     }
 }

@@ -33,15 +33,18 @@ static inline __m512 bf16_to_f32_16(__m256i h)
 /* y[i] = x[i] widened, i < n (binary16 and bfloat16). */
 MK_DEFINE_WIDEN(avx512, widen, f16_to_f32_16, bf16_to_f32_16)
 
-/* y[0..n) from x[0..n) through narrow16, which maps 16 floats to 16
- * codes. */
+/* y[0..n) from x[0..n) times scale through narrow16, which maps 16
+ * floats to 16 codes. */
 static inline __attribute__((always_inline)) void
-narrow(const float *x, int64_t n, uint16_t *y, __m256i (*narrow16)(__m512))
+narrow(const float *x, int64_t n, float scale, uint16_t *y,
+       __m256i (*narrow16)(__m512))
 {
+    const __m512 s = _mm512_set1_ps(scale);
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 lanes = mk_avx512_first(n - i);
-        _mm256_mask_storeu_epi16(y + i, lanes,
-                                 narrow16(_mm512_maskz_loadu_ps(lanes, x + i)));
+        _mm256_mask_storeu_epi16(
+            y + i, lanes,
+            narrow16(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, x + i), s)));
     }
 }
 
