@@ -289,8 +289,8 @@ typedef void mk_normalize_fn(const float *o, ptrdiff_t ldo, int64_t m,
  * `pass_bytes` how many bytes of fp32 query (output) rows and of one
  * position's runs a pass of the loops across heads may take (0: one pass
  * over all m rows): rows beyond it are taken in further passes over the
- * same n keys. The engine sets the three from the CPU's L1 size; none
- * changes a value. */
+ * same n keys. The engine sets the three from the CPU's L1 size (and
+ * into_l1 from its vendor too: engine/decode.c); none changes a value. */
 typedef struct {
     int64_t group;
     ptrdiff_t ld, scale_ld;
