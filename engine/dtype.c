@@ -134,6 +134,13 @@ void mha_bf16_to_f32(const uint16_t *x, size_t n, float *y)
         y[i] = float_of((uint32_t)x[i] << 16);
 }
 
+mk_narrow_fn *mha_narrow_kernel(const mk_table *t, mha_dtype dtype)
+{
+    if (!t || (dtype != MHA_BF16 && dtype != MHA_F16))
+        return NULL;
+    return t->narrow[dtype == MHA_BF16 ? MK_BF16 : MK_F16];
+}
+
 void mha_narrow_rows(const mk_table *t, mha_dtype dtype, const float *x,
                      ptrdiff_t ldx, int64_t rows, int64_t n, void *y,
                      ptrdiff_t ldy)
@@ -141,8 +148,7 @@ void mha_narrow_rows(const mk_table *t, mha_dtype dtype, const float *x,
     /* A vector kernel where the table has one: this loop, compiled for
      * the baseline ISA (its f16 half scalar), was 3.6% of AMX bf16
      * prefill at 2048 keys (docs/benchmarks.md). */
-    mk_narrow_fn *kernel = t ? t->narrow[dtype == MHA_BF16 ? MK_BF16 : MK_F16]
-                             : NULL;
+    mk_narrow_fn *kernel = mha_narrow_kernel(t, dtype);
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * ldx;
         uint16_t *yr = (uint16_t *)y + r * ldy;

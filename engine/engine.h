@@ -61,6 +61,9 @@ typedef struct {
     float qmax;      /* quantised: the largest finite code's value */
 } mha_dtype_traits;
 const mha_dtype_traits *mha_dtype_traits_of(mha_dtype dtype);
+/* The table's narrow kernel of a half compute dtype (NULL for fp32, a
+ * NULL table or a table without one). */
+mk_narrow_fn *mha_narrow_kernel(const mk_table *t, mha_dtype dtype);
 /* Rows of fp32 (x, row stride ldx) rounded to nearest even into fp16 or
  * bf16 rows (y, stride ldy elements): a half compute dtype's output, by
  * the table's narrow kernel where it has one (the same bits). */

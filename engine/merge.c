@@ -36,20 +36,12 @@ float mha_merge_lse(float m, float l)
     return l == 0.0f ? -INFINITY : m + logf(l);
 }
 
-/* A half compute call's rows through the table's narrow kernel, which
- * normalises and narrows a row in one pass (normalize's product, so the
- * same bits as normalize into the staging rows and narrowing them, which
- * cost a store and a load of every output float: 2.5% of AMX bf16 prefill
- * at 2048 keys, docs/benchmarks.md); NULL for fp32 or a table without
- * one. */
-static mk_narrow_fn *fused_narrow(const mk_table *t, mha_dtype compute)
-{
-    if (compute == MHA_F32)
-        return NULL;
-    return t->narrow[compute == MHA_BF16 ? MK_BF16 : MK_F16];
-}
-
-/* One row: normalize's zeros for a zero sum, else o times 1 / l. */
+/* One row of a half compute call through the table's narrow kernel
+ * (mha_narrow_kernel), which normalises and narrows it in one pass:
+ * normalize's zeros for a zero sum, else o times 1 / l, normalize's
+ * product, so the same bits as normalizing into the staging rows and
+ * narrowing them, which cost a store and a load of every output float
+ * (2.5% of AMX bf16 prefill at 2048 keys, docs/benchmarks.md). */
 static void finish_row(mk_narrow_fn *narrow, const float *o, float l,
                        int64_t dv, void *y)
 {
@@ -64,7 +56,7 @@ void mha_finish_rows(const mk_table *t, const mha_problem *p,
                      const float *l)
 {
     size_t es = mha_dtype_size(p->compute);
-    mk_narrow_fn *narrow = fused_narrow(t, p->compute);
+    mk_narrow_fn *narrow = mha_narrow_kernel(t, p->compute);
     if (narrow) {
         for (int64_t r = 0; r < rb->rows; r++) {
             ptrdiff_t at = rb->ilv > 1 ? mha_ilv_at(rb, r, rb->o_qs,
