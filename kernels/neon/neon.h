@@ -9,6 +9,7 @@
 MK_DECLARE_PREFILL(neon, 8x8);
 MK_DECLARE_DECODE(neon);
 MK_DECLARE_WIDEN(neon);
+MK_DECLARE_NARROW(neon);
 MK_DECLARE_PEAK(neon);
 
 #endif
