@@ -1,7 +1,7 @@
 /* The NEON kernel table: generic's, with every kernel but widen[MK_F32]
- * replaced (and narrow[], which generic leaves empty, set). Tiles are multiples of the 8x8 register tile; a 64-key block
- * of packed K at d = 128 (32 KiB) and the 32 x 64 score tile (8 KiB) fit a
- * 64 KiB L1D. */
+ * replaced (and narrow[], which generic leaves empty, set). Tiles are
+ * multiples of the 8x8 register tile; a 64-key block of packed K at d =
+ * 128 (32 KiB) and the 32 x 64 score tile (8 KiB) fit a 64 KiB L1D. */
 #include "neon.h"
 
 void mk_init_neon(mk_table *t)
