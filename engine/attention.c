@@ -11,12 +11,6 @@
 #include "attention.h"
 #include "fetch_step.h"
 
-/* Rows stage_rows fetches into L2 ahead of the query row it copies: q
- * rows a page or more apart (a [B, L, H, D] q) defeat the hardware
- * prefetchers, and the copy waited on each (docs/benchmarks.md, the
- * thirty-eighth session: 8 and 24 read the same). */
-#define STAGE_AHEAD 8
-
 static mha_scratch thread_scratch(const mha_plan *pl, float *base, int tid)
 {
     float *f = base + pl->thread.floats * tid;
@@ -144,8 +138,8 @@ static void stage_rows(const mk_table *t, const mha_problem *p,
         const size_t bytes = (size_t)p->d * cs;
         const size_t ld = (size_t)rb->ldq_src * cs;
         for (int64_t r = 0; r < rb->rows; r++) {
-            if (r + STAGE_AHEAD < rb->rows)
-                mk_fetch_run(rb->q_src + (size_t)(r + STAGE_AHEAD) * ld,
+            if (r + MHA_COPY_AHEAD < rb->rows)
+                mk_fetch_run(rb->q_src + (size_t)(r + MHA_COPY_AHEAD) * ld,
                              bytes, 0);
             memcpy((char *)sc->qw + (size_t)r * bytes,
                    rb->q_src + (size_t)r * ld, bytes);

@@ -59,6 +59,13 @@ typedef struct {
     int cache;            /* a thread keeps a whole head's packed keys */
 } mha_seq;
 
+/* Rows a copy of rows a page or more apart (prefill.c's gather of K/V
+ * rows, attention.c's staging of crowded q rows) fetches into L2 ahead of
+ * the row it copies: the hardware prefetchers do not follow such rows,
+ * and the copy waited on each (docs/benchmarks.md; for q, 8 and 24 read
+ * the same). */
+#define MHA_COPY_AHEAD 8
+
 /* Whether a prefill block of `rows` query rows copies its fp32 values
  * (prefill.c, gather_rows, which fetches ahead) rather than reading them
  * in place: few rows (grouped decode with more than MK_DECODE_ROWS query

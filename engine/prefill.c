@@ -10,13 +10,10 @@
 #include "attention.h"
 #include "fetch_step.h"
 
-/* Rows the gather fetches ahead of the row it widens, within a run. */
-#define GATHER_AHEAD 8
-
 /* Rows [k0, k0 + n) of the row block's K (value 0) or V head as fp32
  * rows in buf (row stride its width): widened (and times their scales)
  * when stored narrower, copied when fp32, run by run (a paged cache's
- * blocks). Each row fetches the row GATHER_AHEAD on into L2 first: rows a
+ * blocks). Each row fetches the row MHA_COPY_AHEAD on into L2 first: rows a
  * page or more apart (a [B, L, H, D] cache) defeat the hardware
  * prefetchers, and a block of few query rows (grouped decode with more
  * than MK_DECODE_ROWS rows a kv head) waited on them: bf16 K/V, 16 rows a
@@ -39,8 +36,8 @@ static void gather_rows(const mk_table *t, const mha_problem *p,
         run = mha_kv_run(p, rb, value, k0 + j, n - j, &x, &scale);
         for (int64_t r = 0; r < run; r++) {
             float *y = buf + (j + r) * width;
-            if (r + GATHER_AHEAD < run)
-                mk_fetch_run(x + (size_t)((r + GATHER_AHEAD) * stride) * es,
+            if (r + MHA_COPY_AHEAD < run)
+                mk_fetch_run(x + (size_t)((r + MHA_COPY_AHEAD) * stride) * es,
                              (size_t)width * es, 0);
             widen(x + (size_t)(r * stride) * es, width, y);
             if (scale) {
