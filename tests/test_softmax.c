@@ -475,6 +475,26 @@ START_TEST(softmax_update_edges)
 }
 END_TEST
 
+/* A mask that hides nothing from n keys. */
+static mk_mask open_mask(int64_t n)
+{
+    mk_mask mask;
+    memset(&mask, 0, sizeof mask);
+    mask.diag_lo = MK_NO_DIAG_LO;
+    mask.diag_hi = MK_NO_DIAG_HI;
+    mask.key_limit = n;
+    return mask;
+}
+
+/* Table x's softmax step (h = 0) or its half dtype h - 1's (NULL when it
+ * has none), and the words naming it after "softmax_update". */
+static mk_softmax_update_fn *step_of(const table_set *ts, int x, int h)
+{
+    return h ? ts->t[x].half[h - 1].softmax_update : ts->t[x].softmax_update;
+}
+static const char *const step_name[1 + MK_HALF_COUNT] = {"", " of bf16",
+                                                          " of f16"};
+
 /* The exp inside softmax_update on its own: one row of scores spread over
  * [-87, 0] (a maximum of exactly 0, scale 1, so P[j] = exp(s[j]) of the
  * score as stored), against the double exp at a bound far tighter than
@@ -492,21 +512,14 @@ START_TEST(softmax_exp_accuracy)
     const int64_t n = 4099;
     float *s = test_alloc((size_t)n * sizeof *s);
     float *x = test_alloc((size_t)n * sizeof *x);
+    const mk_mask mask = open_mask(n);
     for (int64_t j = 0; j < n; j++) /* 0, then a fine irregular grid */
         x[j] = j == 0 ? 0.0f
                       : -87.0f * (float)((j * 2654435761u) % 1000003u) /
                             1000003.0f;
-    mk_mask mask;
-    memset(&mask, 0, sizeof mask);
-    mask.diag_lo = MK_NO_DIAG_LO;
-    mask.diag_hi = MK_NO_DIAG_HI;
-    mask.key_limit = n;
-    static const char *const what[1 + MK_HALF_COUNT] = {"", " of bf16",
-                                                         " of f16"};
     for (int x_ = 0; x_ < ts.n; x_++)
         for (int h = 0; h <= MK_HALF_COUNT; h++) {
-            mk_softmax_update_fn *f = h ? ts.t[x_].half[h - 1].softmax_update
-                                        : ts.t[x_].softmax_update;
+            mk_softmax_update_fn *f = step_of(&ts, x_, h);
             if (!f)
                 continue;
             const double base = h && f != ts.t[x_].softmax_update ? 1e-5
@@ -515,7 +528,7 @@ START_TEST(softmax_exp_accuracy)
             float mx = -INFINITY, sum = 0.0f, alpha = 0.0f;
             f(s, n, 1, n, 1.0f, &mask, &mx, &sum, &alpha);
             REQUIRE(mx == 0.0f, "softmax_update%s [%s]: max %a, want 0",
-                    what[h], mha_isa_name(ts.isa[x_]),
+                    step_name[h], mha_isa_name(ts.isa[x_]),
                     (double)mx);
             double worst = 0.0, bound = base;
             int64_t at = 0;
@@ -528,12 +541,85 @@ START_TEST(softmax_exp_accuracy)
             }
             REQUIRE(worst <= bound,
                     "softmax_update%s [%s]: exp(%a) = %a, want %a: relative "
-                    "error %.3g > %.3g", what[h],
+                    "error %.3g > %.3g", step_name[h],
                     mha_isa_name(ts.isa[x_]), (double)x[at], (double)s[at],
                     exp((double)x[at]), worst, bound);
         }
     free(s);
     free(x);
+}
+END_TEST
+
+/* Scores far below their row's maximum: P is exactly 0 once exp(x - max)
+ * falls below FLT_MIN, on every table, never a subnormal (an x86 core
+ * computes on subnormals through microcode assists: avx512's exp kept
+ * them, and a call whose scores sat 95 below their maxima ran 95 times
+ * slower on Intel; docs/benchmarks.md). Rows of one maximum and 4098
+ * scores spread over [max - 400, max - 88] (avx2's exp makes 0 from -87.7
+ * down; the double exp of -87.34 is FLT_MIN), some -inf: at maxima 0 and
+ * 3 (the base-2 pass) and 5000 (past sm_exp2_args' 4096: the plain exp),
+ * scales 1 and 0.5 (the maximum and the gaps scaled), and with a bias of
+ * zeros (scores written back scaled). Each step's P of the maximum is
+ * its exp(0), within the exp accuracy bound above, and its sum is that
+ * P exactly. */
+START_TEST(softmax_underflow_is_zero)
+{
+    table_set ts;
+    get_tables(&ts);
+    const int64_t n = 4099;
+    float *s = test_alloc((size_t)n * sizeof *s);
+    float *x = test_alloc((size_t)n * sizeof *x);
+    float *zeros = test_alloc((size_t)n * sizeof *zeros);
+    memset(zeros, 0, (size_t)n * sizeof *zeros);
+    static const float maxima[] = {0.0f, 3.0f, 5000.0f};
+    static const float scales[] = {1.0f, 0.5f};
+    int checked = 0;
+    for (int mi = 0; mi < 3; mi++)
+        for (int si = 0; si < 2; si++)
+            for (int biased = 0; biased < 2; biased++) {
+                const float scale = scales[si], mx = maxima[mi];
+                for (int64_t j = 0; j < n; j++) /* the maximum at j = 7 */
+                    x[j] = j == 7 ? mx / scale
+                           : j % 97 == 3
+                               ? -INFINITY
+                               : (mx - 88.0f -
+                                  312.0f * (float)((j * 2654435761u) %
+                                                   1000003u) /
+                                      1000003.0f) /
+                                     scale;
+                mk_mask mask = open_mask(n);
+                if (biased)
+                    mask.bias = zeros;
+                for (int x_ = 0; x_ < ts.n; x_++)
+                    for (int h = 0; h <= MK_HALF_COUNT; h++) {
+                        mk_softmax_update_fn *f = step_of(&ts, x_, h);
+                        if (!f)
+                            continue;
+                        memcpy(s, x, (size_t)n * sizeof *s);
+                        float m = -INFINITY, sum = 0.0f, alpha = 0.0f;
+                        f(s, n, 1, n, scale, &mask, &m, &sum, &alpha);
+                        const char *isa = mha_isa_name(ts.isa[x_]);
+                        REQUIRE(m == mx, "softmax_update%s [%s]: max %a, "
+                                "want %a", step_name[h], isa, (double)m,
+                                (double)mx);
+                        REQUIRE(fabs((double)s[7] - 1.0) <= 1e-5 &&
+                                    sum == s[7],
+                                "softmax_update%s [%s]: P of the maximum %a "
+                                "and sum %a, want exp(0) and that sum",
+                                step_name[h], isa, (double)s[7], (double)sum);
+                        for (int64_t j = 0; j < n; j++)
+                            REQUIRE(j == 7 || s[j] == 0.0f,
+                                    "softmax_update%s [%s] (max %g, scale "
+                                    "%g, bias %d): P = %a at x - max = %g, "
+                                    "want 0",
+                                    step_name[h], isa, (double)mx, (double)scale,
+                                    biased, (double)s[j],
+                                    (double)(x[j] * scale - mx));
+                        checked++;
+                    }
+            }
+    ck_assert_int_ge(checked, 12 * ts.n);
+    free(s), free(x), free(zeros);
 }
 END_TEST
 
@@ -701,6 +787,7 @@ Suite *suite_softmax(void)
     tcase_add_test(tc, softmax_update_edges);
     tcase_add_test(tc, softmax_huge_scale);
     tcase_add_test(tc, softmax_exp_accuracy);
+    tcase_add_test(tc, softmax_underflow_is_zero);
     tcase_add_test(tc, softmax_single_key_exact);
     tcase_add_test(tc, softmax_half_codes);
     suite_add_tcase(s, tc);

@@ -51,7 +51,15 @@ MK_INLINE MK_V mk_v_mul(MK_V x, MK_V y) { return vmulq_f32(x, y); }
 MK_INLINE MK_V mk_v_fma(MK_V a, MK_V b, MK_V c) { return vfmaq_f32(c, a, b); }
 /* FMAXNM returns the number when one operand is NaN. */
 MK_INLINE MK_V mk_v_max(MK_V x, MK_V acc) { return vmaxnmq_f32(x, acc); }
-MK_INLINE MK_V mk_v_exp(MK_V x) { return Sleef_expf4_u10advsimd(x); }
+/* SLEEF's exp, its results below FLT_MIN made 0 (x below ln(FLT_MIN),
+ * -87.3365), as the exps of the other tables make them (no subnormal P
+ * or rescale factor: kernels/avx512/softmax.c). A NaN x fails the
+ * compare and stays NaN. */
+MK_INLINE MK_V mk_v_exp(MK_V x)
+{
+    return vbslq_f32(vcltq_f32(x, vdupq_n_f32(-87.33654f)), vdupq_n_f32(0.0f),
+                     Sleef_expf4_u10advsimd(x));
+}
 /* k 2^t for t <= 2^-20 (sm_exp2 of softmax_driver.h: the exp pass in
  * base 2, its argument out of one FMA, k a correction near 1), inline as
  * on x86 (kernels/avx2/softmax.c): t clamped at -127, n = t rounded to
