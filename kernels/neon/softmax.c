@@ -62,23 +62,24 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
 }
 /* k 2^t for t <= 2^-20 (sm_exp2 of softmax_driver.h: the exp pass in
  * base 2, its argument out of one FMA, k a correction near 1), inline as
- * on x86 (kernels/avx2/softmax.c): t clamped at -127, n = t rounded to
+ * on x86 (kernels/avx2/softmax.c): t clamped at -126, n = t rounded to
  * nearest, 2^(t - n) by kernels/exp2_poly.h's degree 5 with its
- * coefficients times k (hoisted: k is the same across the caller's loop),
- * times 2^n built as the bits (n + 127) << 23 (n = -127: +0, so -inf
- * gives 0). FMAX propagates a NaN t, whose n converts to 0 (2^0 = 1): NaN
- * stays NaN. Replaces a SLEEF call per 4 scores in the exp pass; the
- * rescale factors keep SLEEF's exp (exp(0) exactly 1). */
+ * coefficients times 2k (hoisted: k is the same across the caller's
+ * loop), times 2^(n - 1) built as the bits (n + 126) << 23 (n = -126:
+ * +0, so -inf gives 0, and a result below 2^-125.5 is 0, never a
+ * subnormal). FMAX propagates a NaN t, whose n converts to 0 (2^-1 is
+ * finite): NaN stays NaN. Replaces a SLEEF call per 4 scores in the exp
+ * pass; the rescale factors keep SLEEF's exp (exp(0) exactly 1). */
 MK_INLINE MK_V mk_v_exp2k(MK_V t, MK_V k)
 {
-    MK_V tc = vmaxq_f32(vdupq_n_f32(-127.0f), t);
+    MK_V tc = vmaxq_f32(vdupq_n_f32(-126.0f), t);
     MK_V n = vrndnq_f32(tc);
 #define MK_FMA(a, b, c) vfmaq_f32(c, a, b)
-#define MK_CK(c) vmulq_f32(vdupq_n_f32(c), k)
+#define MK_CK(c) vmulq_f32(vdupq_n_f32(2.0f * (c)), k)
     MK_V p = MK_EXP2_DEG5(MK_FMA, MK_CK, vsubq_f32(tc, n));
 #undef MK_CK
 #undef MK_FMA
-    int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)),
+    int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(126)),
                               23);
     return vmulq_f32(p, vreinterpretq_f32_s32(e));
 }
