@@ -42,6 +42,11 @@ const Shape kShapes[] = {
     {"attention", 1, 32, 32, 1024, 1024, 128},
     {"attention", 4, 12, 12, 512, 512, 64},
     {"causal", 1, 16, 16, 2048, 2048, 64},
+    // ALiBi (BLOOM's and MPT's slopes) on the causal case of its shape:
+    // the slope times the distance puts most scores of the steep heads
+    // 87 to 300 below their maxima, where an exp left subnormal P (x86
+    // computes on those through microcode assists; docs/benchmarks.md).
+    {"alibi", 1, 16, 16, 2048, 2048, 64},
     // A sliding window (causal, kWindowLeft keys to the left) beside the
     // plain causal case of its shape: its cost grows with Lq x window.
     {"window", 1, 16, 16, 8192, 8192, 64},
@@ -407,11 +412,13 @@ bench_spec MakeSpec(const Shape &s, mha_isa isa, int threads)
     spec.d = s.d;
     const bool window = std::strcmp(s.kind, "window") == 0;
     const bool spec_step = std::strncmp(s.kind, "decode", 6) == 0 && s.lq > 1;
-    spec.causal = std::strcmp(s.kind, "causal") == 0 || window ||
+    const bool alibi = std::strcmp(s.kind, "alibi") == 0;
+    spec.causal = std::strcmp(s.kind, "causal") == 0 || window || alibi ||
                           IsVarlen(s.kind) || spec_step
                       ? MHA_CAUSAL_BOTTOM_RIGHT
                       : MHA_CAUSAL_NONE;
     spec.window_left = window ? kWindowLeft : 0;
+    spec.alibi = alibi;
     spec.layout = s.layout;
     spec.kv_dtype = s.kv;
     spec.compute = ComputeOf(s.kind);

@@ -38,6 +38,7 @@ struct bench_case {
     mha_varlen_args vargs;   /* paged and varlen */
     mha_paged_kv paged;
     int32_t *cu, *table, *lens;
+    float *slopes;           /* alibi */
 };
 
 int64_t bench_varlen_length(int i)
@@ -141,6 +142,8 @@ static int check_spec(const bench_spec *s)
         return bench_fail("the layer has no grouped-query form");
     if (s->impl < BENCH_IMPL_ATTENTION || s->impl > BENCH_IMPL_VARLEN_SEQ)
         return bench_fail("unknown impl %d", (int)s->impl);
+    if (s->alibi && s->impl != BENCH_IMPL_ATTENTION)
+        return bench_fail("alibi is for mha_attention only");
 #if !defined(MHA_BENCH_HAVE_BLAS)
     if (s->impl == BENCH_IMPL_BLAS)
         return bench_fail("built without OpenBLAS");
@@ -389,6 +392,18 @@ bench_case *bench_case_create(const bench_spec *spec)
         c->terms.window_right = -1;
         c->args.terms = &c->terms;
     }
+    if (spec->alibi) {
+        c->slopes = alloc_floats((size_t)spec->heads);
+        if (!c->slopes) {
+            bench_case_destroy(c);
+            bench_fail("out of memory");
+            return NULL;
+        }
+        for (int64_t h = 0; h < spec->heads; h++)
+            c->slopes[h] = exp2f(-8.0f * (float)(h + 1) / (float)spec->heads);
+        c->terms.alibi_slopes = c->slopes;
+        c->args.terms = &c->terms;
+    }
     if (spec->impl == BENCH_IMPL_VARLEN_SEQ)
         c->mask.causal = MHA_CAUSAL_BOTTOM_RIGHT;
     const int rc = spec->impl == BENCH_IMPL_LAYER  ? setup_layer(c)
@@ -452,6 +467,7 @@ void bench_case_destroy(bench_case *c)
     free(c->scratch);
     free(c->kq), free(c->vq), free(c->ks), free(c->vs);
     free(c->cu), free(c->table), free(c->lens);
+    free(c->slopes);
     free(c);
 }
 

@@ -123,6 +123,7 @@ HALF_SUFFIXES = ("_F16", "_BF16", "_I8", "_FP8_E4M3", "_FP8_E5M2")
 # against: the paged cache beside the contiguous one, one varlen call
 # beside one call per sequence.
 PAIRED = {"paged": ("decode", "× contiguous"),
+          "alibi": ("causal", "× causal"),
           "varlen": ("varlen_seq", "× one call each")}
 
 
