@@ -204,6 +204,18 @@ static inline float mk_row_next_max(const float *row, int64_t n, float bmax,
     return mnew;
 }
 
+/* The floor of the softmax step's exps, in base 2: every table makes a P
+ * or rescale factor 0 from 2^MK_EXP_FLOOR_LOG2 down (exp(x - max) for x -
+ * max below about -44.7), and keeps one above it (the tables' own forms
+ * round the edge within an ulp of it). An x86 core computes on subnormal
+ * floats through microcode assists, and a P·V sum that starts from P near
+ * FLT_MIN passes through subnormals (P times a value below 1): a floor at
+ * FLT_MIN left causal ALiBi (1,16,2048,2048,64) 1.6-1.7x slower than plain
+ * causal on Intel, this floor 1.09x (docs/design.md, "The softmax step's
+ * exp"). What it drops is below 2^-64.5 of the row's largest P a key, so
+ * under 2^-44 of a sum of a million keys: invisible in fp32. */
+#define MK_EXP_FLOOR_LOG2 (-64.5)
+
 /* Blocks of at most this many query rows take the decode kernels: keys and
  * values are read in place (any element type, widened in registers), not
  * packed, so a key or value byte travels from memory once. */

@@ -47,22 +47,34 @@ MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y)
 #define mk_v_fma _mm256_fmadd_ps
 /* MAXPS returns its second operand when either is NaN. */
 #define mk_v_max _mm256_max_ps
-/* 2^(n - 1) for integral n in [-126, 128] (or NaN: 0.5), built as the
- * bits (n + 126) << 23, so n = -126 gives +0. The exps below take twice
- * their polynomial (its coefficients doubled, exactly) times it: p 2^n,
- * 0 where n <= -126, so a result below 2^-125.5 is 0, never a subnormal
- * (an x86 core computes on subnormals through microcode assists;
- * kernels/avx512/softmax.c). */
-MK_INLINE __m256i half_pow2_bits(MK_V n)
+/* The exps' 2^n, n integral in [MK_AVX2_EXP_ZERO, 0] (or NaN), as the
+ * float bits (n - MK_AVX2_EXP_ZERO) << 23: 2^(n - MK_AVX2_EXP_SHIFT), so
+ * n = MK_AVX2_EXP_ZERO gives +0, the floor of kernels.h
+ * (MK_EXP_FLOOR_LOG2: a result from 2^-64.5 down is 0, never a subnormal
+ * on the way; the exps clamp their exponent at MK_AVX2_EXP_ZERO). The
+ * exps' polynomials carry the factor 2^MK_AVX2_EXP_SHIFT in their
+ * coefficients (exact), so p 2^n comes out with the bits of the plain
+ * product. A NaN n converts to 0x80000000, whose bits are a finite power
+ * of 2: NaN stays NaN. */
+#define MK_AVX2_EXP_ZERO (-65)
+#define MK_AVX2_EXP_SHIFT 62 /* 127 + MK_AVX2_EXP_ZERO */
+_Static_assert(MK_AVX2_EXP_ZERO + 0.5 == MK_EXP_FLOOR_LOG2,
+               "rounded to nearest, t from 2^-64.5 down makes n = -65");
+MK_INLINE __m256i pow2_bits(MK_V n)
 {
     return _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(126)), 23);
+        _mm256_sub_epi32(_mm256_cvtps_epi32(n),
+                         _mm256_set1_epi32(MK_AVX2_EXP_ZERO)),
+        23);
 }
-MK_INLINE MK_V times_half_pow2(MK_V p2, MK_V n)
+MK_INLINE MK_V times_pow2(MK_V p, MK_V n)
 {
-    return _mm256_mul_ps(p2, _mm256_castsi256_ps(half_pow2_bits(n)));
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2_bits(n)));
 }
-#define MK_C2(c) _mm256_set1_ps(2.0f * (c))
+/* Coefficient c of an exp's polynomial, times 2^MK_AVX2_EXP_SHIFT. */
+#define MK_AVX2_EXP_C(c) ((c) * 0x1p62f)
+_Static_assert(MK_AVX2_EXP_SHIFT == 62, "MK_AVX2_EXP_C's factor");
+#define MK_C2(c) _mm256_set1_ps(MK_AVX2_EXP_C(c))
 /* exp for x <= 0 (the rescale factors, and the rows sm_exp2_args of
  * softmax_driver.h leaves to sm_exp), inline: a call per 8 scores to
  * SLEEF's 1-ulp exp was a tenth of prefill's instructions at d = 64 and
@@ -70,28 +82,27 @@ MK_INLINE MK_V times_half_pow2(MK_V p2, MK_V n)
  * 1-thread AVX2 prefill goes"). As 2^t, t = x log2(e) = n + f, n rounded
  * to nearest, |f| <= 1/2 from one FMA (x L - n) plus x L_lo (L_lo =
  * log2(e) - L); 2^f by kernels/exp2_poly.h's degree 6 (2^0 exactly 1,
- * about 1 ulp), doubled, times 2^(n - 1) (times_half_pow2). x is clamped
- * at -87.5 first, where n = -126 builds +0: below about -87.0 the result
- * is 0 (as a probability that small is in fp32 accumulation) and -inf
- * gives 0, without a compare. MAXPS returns its second operand when
- * either is NaN, so a NaN x passes the clamp, and its 2^(n - 1) (from
- * CVTPS2DQ's 0x80000000) is a finite 0.5: NaN stays NaN. */
+ * about 1 ulp), times 2^n (times_pow2). x is clamped at -45 first, where
+ * n = -65 builds +0: from 2^-64.5 (x about -44.7) down the result is 0,
+ * the floor of kernels.h, and -inf gives 0, without a compare. MAXPS
+ * returns its second operand when either is NaN, so a NaN x passes the
+ * clamp: NaN stays NaN. */
 MK_INLINE MK_V mk_v_exp(MK_V x)
 {
-    MK_V xc = _mm256_max_ps(_mm256_set1_ps(-87.5f), x);
+    MK_V xc = _mm256_max_ps(_mm256_set1_ps(-45.0f), x);
     MK_V n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504f)),
                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     MK_V f = _mm256_fmsub_ps(xc, _mm256_set1_ps(1.44269504f), n);
     f = _mm256_fmadd_ps(xc, _mm256_set1_ps(1.925963034e-08f), f);
-    return times_half_pow2(MK_EXP2_DEG6(_mm256_fmadd_ps, MK_C2, f), n);
+    return times_pow2(MK_EXP2_DEG6(_mm256_fmadd_ps, MK_C2, f), n);
 }
 #define MK_V_EXP2_GROUP 4
 /* k 2^t for t <= 2^-20 (sm_exp2 of softmax_driver.h: the exp pass in
  * base 2, its argument out of one FMA, k a correction near 1): mk_v_exp's
  * steps without the multiply by log2(e) and its correction, f = t - n
  * exact, MK_EXP2_DEG5's coefficients times k (hoisted out of the caller's
- * loop: k is the same across it), doubled with them. t is clamped at
- * -126, as mk_v_exp's x at -87.5: -inf gives 0, NaN stays NaN. 12 instructions a vector: with the
+ * loop: k is the same across it). t is clamped at MK_AVX2_EXP_ZERO, as
+ * mk_v_exp's x at -45: -inf gives 0, NaN stays NaN. 12 instructions a vector: with the
  * argument's FMA and the sum, 14 a score vector against sm_exp's 18.
  *
  * For n vectors t[0..n) in place (n a constant), one step at a time
@@ -109,15 +120,16 @@ MK_INLINE void exp2k_each(MK_V *t, const int n, MK_V k)
     MK_V m[MK_V_EXP2_GROUP], p[MK_V_EXP2_GROUP];
     __m256i e[MK_V_EXP2_GROUP];
 #define MK_EACH(g) for (int g = 0; g < n; g++)
-    MK_EACH(g) t[g] = _mm256_max_ps(_mm256_set1_ps(-126.0f), t[g]);
+    MK_EACH(g) t[g] =
+        _mm256_max_ps(_mm256_set1_ps((float)MK_AVX2_EXP_ZERO), t[g]);
     MK_EACH(g) m[g] = _mm256_round_ps(
         t[g], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    MK_EACH(g) e[g] = half_pow2_bits(m[g]);
+    MK_EACH(g) e[g] = pow2_bits(m[g]);
     MK_EACH(g) t[g] = _mm256_sub_ps(t[g], m[g]);
-    MK_EACH(g) p[g] = _mm256_mul_ps(_mm256_set1_ps(2.0f * c[0]), k);
+    MK_EACH(g) p[g] = _mm256_mul_ps(_mm256_set1_ps(MK_AVX2_EXP_C(c[0])), k);
     for (size_t i = 1; i < sizeof c / sizeof c[0]; i++)
         MK_EACH(g) p[g] = _mm256_fmadd_ps(
-            p[g], t[g], _mm256_mul_ps(_mm256_set1_ps(2.0f * c[i]), k));
+            p[g], t[g], _mm256_mul_ps(_mm256_set1_ps(MK_AVX2_EXP_C(c[i])), k));
     MK_EACH(g) t[g] = _mm256_mul_ps(p[g], _mm256_castsi256_ps(e[g]));
 #undef MK_EACH
 }

@@ -49,18 +49,17 @@ MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y)
 #define mk_v_fma _mm512_fmadd_ps
 /* VMAXPS returns its second operand when either is NaN. */
 #define mk_v_max _mm512_max_ps
-/* The lanes of an exp whose result is a normal float: e = x log2(e) of
- * the result 2^e not below -126 (-125.5 for mk_v_exp2k's shifted t), or
- * NaN. The exps zero the others through VSCALEFPS's zeroing mask: a result
- * below FLT_MIN is 0, as avx2's, neon's and generic's exps make it, never a
- * subnormal. On Intel a VSCALEFPS whose result is subnormal or underflows
- * near the subnormal range (x from about -87 to -300) takes a microcode
- * assist, and a P·V FMA on a subnormal P another: scores 95 below their
- * row's maximum (a bias, ALiBi over a long context, a peaked row) made a
- * (1,8,512,512,64) call 95 times slower (420 ms against 4.4; Intel model
- * 207, docs/benchmarks.md). A masked-off lane is not computed, so takes no
- * assist. One compare a vector. */
-MK_INLINE __mmask16 mk_v_normal(MK_V e, float least)
+/* The lanes of an exp to keep: those whose result 2^e (e = x log2(e) of
+ * an exp of x) is not below the floor, 2^MK_EXP_FLOOR_LOG2 (kernels.h),
+ * and NaN's. The exps zero the others through VSCALEFPS's zeroing mask,
+ * where the other tables build 0 in the exponent bits. On Intel a
+ * VSCALEFPS whose result is subnormal or underflows near that range (x
+ * from about -87 to -300) takes a microcode assist, and so does a P·V FMA
+ * on a subnormal P or partial sum: scores 95 below their row's maximum (a
+ * bias, ALiBi over a long context, a peaked row) made a (1,8,512,512,64)
+ * call 71 times slower (docs/benchmarks.md). A masked-off lane is not
+ * computed, so takes no assist. One compare a vector. */
+MK_INLINE __mmask16 mk_v_above_floor(MK_V e, float least)
 {
     return _mm512_cmp_ps_mask(e, _mm512_set1_ps(least), _CMP_NLT_UQ);
 }
@@ -69,8 +68,8 @@ MK_INLINE __mmask16 mk_v_normal(MK_V e, float least)
  * rounding) plus x L_lo (L_lo = log2(e) - L), so f carries the product
  * to ~2^-24 relative; 2^f by kernels/exp2_poly.h's degree 6 (2^0 exactly
  * 1, about 1 ulp, in the bf16 table's step too: these are the rescale
- * factors); times 2^n by VSCALEFPS, the lanes whose x L is below -126
- * zeroed (mk_v_normal). x is clamped at -110 first, so -inf takes no
+ * factors); times 2^n by VSCALEFPS, the lanes whose x L is below the
+ * floor zeroed (mk_v_above_floor). x is clamped at -110 first, so -inf takes no
  * inf - inf (its lane is zeroed: 0). VMAXPS returns its second operand
  * when either is NaN, so the clamp keeps a NaN, and NaN stays NaN. A
  * call per 16 scores to SLEEF's exp was 8% of bf16 prefill's time and
@@ -85,7 +84,7 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
     __m512 f = _mm512_fmsub_ps(xc, _mm512_set1_ps(1.44269504f), n);
     f = _mm512_fmadd_ps(xc, _mm512_set1_ps(1.925963034e-08f), f);
 #define MK_C1(c) _mm512_set1_ps(c)
-    return _mm512_maskz_scalef_ps(mk_v_normal(y, -126.0f),
+    return _mm512_maskz_scalef_ps(mk_v_above_floor(y, (float)MK_EXP_FLOOR_LOG2),
                                   MK_EXP2_DEG6(_mm512_fmadd_ps, MK_C1, f), n);
 #undef MK_C1
 }
@@ -98,8 +97,8 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
  * (1.7e-7) or with MK_AVX512_EXP_BF16 (the bf16 table's step, whose P is
  * rounded to bf16, 2^-9, before it multiplies) degree 4 (2.7e-6); times
  * 2^floor(t) by VSCALEFPS, which floors t itself, the lanes whose result
- * would fall below FLT_MIN (t below -125.5: 2^(t - 1/2) < 2^-126) zeroed
- * (mk_v_normal). The floor and the polynomial's
+ * falls below the floor (2^(t - 1/2) below 2^MK_EXP_FLOOR_LOG2) zeroed
+ * (mk_v_above_floor). The floor and the polynomial's
  * x agree, so no n = t - f is formed (one instruction a vector fewer than
  * rounding to nearest). The 1/2 puts the polynomial's jump from x = 1 to
  * x = 0 where rounding to nearest had it, half an integer from the row's
@@ -119,7 +118,8 @@ MK_INLINE MK_V mk_v_exp2k(MK_V t, MK_V k)
     __m512 p = MK_EXP2_DEG5_HALF(_mm512_fmadd_ps, MK_CK, x);
 #endif
 #undef MK_CK
-    return _mm512_maskz_scalef_ps(mk_v_normal(t, -125.5f), p, t);
+    return _mm512_maskz_scalef_ps(
+        mk_v_above_floor(t, (float)MK_EXP_FLOOR_LOG2 + 0.5f), p, t);
 }
 #define MK_V_EXP2_SHIFT 0.5f
 /* Two vectors a group, each summed into its own accumulator: the adds'

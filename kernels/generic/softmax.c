@@ -9,7 +9,8 @@
 /* exp(x) for x <= 0 (or NaN), inline and branch-free so the softmax loop
  * vectorises: Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, a degree-7
  * Taylor polynomial (truncation < 1e-8 relative), and 2^n built in the
- * exponent bits. Results below 2^-126 flush to 0; NaN stays NaN. */
+ * exponent bits. Results from the floor of kernels.h down (x below
+ * ln(2^MK_EXP_FLOOR_LOG2), -44.7083) are 0; NaN stays NaN. */
 static inline float exp_nonpositive(float x)
 {
     const float log2e = 1.44269504088896341f;
@@ -35,7 +36,7 @@ static inline float exp_nonpositive(float x)
     float scale;
     memcpy(&scale, &sbits, sizeof scale);
     float e = p * scale;
-    return x < -87.0f ? 0.0f : e;
+    return x < -44.7083f ? 0.0f : e;
 }
 
 #define MK_V float

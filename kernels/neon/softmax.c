@@ -51,38 +51,38 @@ MK_INLINE MK_V mk_v_mul(MK_V x, MK_V y) { return vmulq_f32(x, y); }
 MK_INLINE MK_V mk_v_fma(MK_V a, MK_V b, MK_V c) { return vfmaq_f32(c, a, b); }
 /* FMAXNM returns the number when one operand is NaN. */
 MK_INLINE MK_V mk_v_max(MK_V x, MK_V acc) { return vmaxnmq_f32(x, acc); }
-/* SLEEF's exp, its results below FLT_MIN made 0 (x below ln(FLT_MIN),
- * -87.3365), as the exps of the other tables make them (no subnormal P
- * or rescale factor: kernels/avx512/softmax.c). A NaN x fails the
- * compare and stays NaN. */
+/* SLEEF's exp, made 0 from the floor of kernels.h down (x below
+ * ln(2^MK_EXP_FLOOR_LOG2), -44.7083), as the base-2 exp below and every
+ * other table's exps make it. A NaN x fails the compare and stays NaN. */
 MK_INLINE MK_V mk_v_exp(MK_V x)
 {
-    return vbslq_f32(vcltq_f32(x, vdupq_n_f32(-87.33654f)), vdupq_n_f32(0.0f),
+    return vbslq_f32(vcltq_f32(x, vdupq_n_f32(-44.7083f)), vdupq_n_f32(0.0f),
                      Sleef_expf4_u10advsimd(x));
 }
 /* k 2^t for t <= 2^-20 (sm_exp2 of softmax_driver.h: the exp pass in
  * base 2, its argument out of one FMA, k a correction near 1), inline as
- * on x86 (kernels/avx2/softmax.c): t clamped at -126, n = t rounded to
+ * on x86 (kernels/avx2/softmax.c): t clamped at -65, n = t rounded to
  * nearest, 2^(t - n) by kernels/exp2_poly.h's degree 5 with its
- * coefficients times 2k (hoisted: k is the same across the caller's
- * loop), times 2^(n - 1) built as the bits (n + 126) << 23 (n = -126:
- * +0, so -inf gives 0, and a result below 2^-125.5 is 0, never a
- * subnormal). FMAX propagates a NaN t, whose n converts to 0 (2^-1 is
+ * coefficients times 2^62 k (hoisted: k is the same across the caller's
+ * loop), times 2^(n - 62) built as the bits (n + 65) << 23 (n = -65: +0,
+ * so -inf gives 0, and a result from 2^-64.5 down is 0: the floor of
+ * kernels.h). FMAX propagates a NaN t, whose n converts to 0 (2^-62 is
  * finite): NaN stays NaN. Replaces a SLEEF call per 4 scores in the exp
  * pass; the rescale factors keep SLEEF's exp (exp(0) exactly 1). */
 MK_INLINE MK_V mk_v_exp2k(MK_V t, MK_V k)
 {
-    MK_V tc = vmaxq_f32(vdupq_n_f32(-126.0f), t);
+    MK_V tc = vmaxq_f32(vdupq_n_f32(-65.0f), t);
     MK_V n = vrndnq_f32(tc);
 #define MK_FMA(a, b, c) vfmaq_f32(c, a, b)
-#define MK_CK(c) vmulq_f32(vdupq_n_f32(2.0f * (c)), k)
+#define MK_CK(c) vmulq_f32(vdupq_n_f32((c) * 0x1p62f), k)
     MK_V p = MK_EXP2_DEG5(MK_FMA, MK_CK, vsubq_f32(tc, n));
 #undef MK_CK
 #undef MK_FMA
-    int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(126)),
+    int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(65)),
                               23);
     return vmulq_f32(p, vreinterpretq_f32_s32(e));
 }
+_Static_assert(-65 + 0.5 == MK_EXP_FLOOR_LOG2, "mk_v_exp2k's clamp and bias");
 #define MK_V_EXP2 1
 MK_INLINE MK_V mk_v_tanh(MK_V x) { return Sleef_tanhf4_u10advsimd(x); }
 MK_INLINE float mk_v_hmax(MK_V x) { return vmaxnmvq_f32(x); }
