@@ -64,7 +64,8 @@ int main(int argc, char **argv)
     const int64_t B = atoll(argv[i]), H = atoll(argv[i + 1]),
                   L = atoll(argv[i + 2]), D = atoll(argv[i + 3]);
     if (B < 1 || H < 1 || L < 1 || D < 1 || L > 65536) {
-        fprintf(stderr, "far_scores: B, H, L, D must be positive, L <= 65536\n");
+        fprintf(stderr,
+                "far_scores: B, H, L, D must be positive, L <= 65536\n");
         return 2;
     }
     mha_config cfg = {1, isa};
@@ -83,12 +84,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "far_scores: out of memory\n");
         return 1;
     }
-    uint32_t s = 12345;
-    for (size_t j = 0; j < nel; j++) {
-        s = s * 1664525u + 1013904223u, q[j] = (float)(s >> 8) * 0x1p-24f - 0.5f;
-        s = s * 1664525u + 1013904223u, k[j] = (float)(s >> 8) * 0x1p-24f - 0.5f;
-        s = s * 1664525u + 1013904223u, v[j] = (float)(s >> 8) * 0x1p-24f - 0.5f;
-    }
+    uint32_t s = 12345; /* a linear congruential sequence in [-0.5, 0.5) */
+    float *const fill[3] = {q, k, v};
+    for (int x = 0; x < 3; x++)
+        for (size_t j = 0; j < nel; j++) {
+            s = s * 1664525u + 1013904223u;
+            fill[x][j] = (float)(s >> 8) * 0x1p-24f - 0.5f;
+        }
     for (int64_t r = 0; r < L; r++)
         for (int64_t c = 0; c < L; c++) {
             bias[1][r * L + c] = c > r ? -INFINITY : 0.0f;

@@ -498,11 +498,11 @@ static const char *const step_name[1 + MK_HALF_COUNT] = {"", " of bf16",
 /* The exp inside softmax_update on its own: one row of scores spread over
  * [-44, 0] (a maximum of exactly 0, scale 1, so P[j] = exp(s[j]) of the
  * score as stored; from about -44.7, 2^MK_EXP_FLOOR_LOG2, down P is 0:
- * softmax_underflow_is_zero), against the double exp at a bound far tighter than
- * the attention tolerances: 2.5e-7 relative (about 2 ulp; the inline
+ * softmax_underflow_is_zero), against the double exp at a bound far tighter
+ * than the attention tolerances: 2.5e-7 relative (about 2 ulp; the inline
  * polynomials measured 1.2e-7 and 2.1e-7) for softmax_update, 1e-5 for a
- * half dtype's step (its P is rounded to bf16, 2^-9, or f16, 2^-12,
- * next; the bf16 exp measured 6.4e-6), plus |x| 2^-23: a pass in base 2
+ * half dtype's step (its P is rounded to bf16, 2^-9, or f16, 2^-12, next;
+ * the bf16 exp measured 6.4e-6), plus |x| 2^-23: a pass in base 2
  * (softmax_driver.h, sm_exp2) rounds its argument x log2(e) to float, as
  * any float exp(x - max) rounds x - max when max is not 0 (an absolute
  * error of P below 4.4e-8 everywhere: e^x |x| 2^-23 <= 2^-23 / e). */

@@ -74,7 +74,7 @@ MK_INLINE MK_V times_pow2(MK_V p, MK_V n)
 /* Coefficient c of an exp's polynomial, times 2^MK_AVX2_EXP_SHIFT. */
 #define MK_AVX2_EXP_C(c) ((c) * 0x1p62f)
 _Static_assert(MK_AVX2_EXP_SHIFT == 62, "MK_AVX2_EXP_C's factor");
-#define MK_C2(c) _mm256_set1_ps(MK_AVX2_EXP_C(c))
+#define MK_CE(c) _mm256_set1_ps(MK_AVX2_EXP_C(c))
 /* exp for x <= 0 (the rescale factors, and the rows sm_exp2_args of
  * softmax_driver.h leaves to sm_exp), inline: a call per 8 scores to
  * SLEEF's 1-ulp exp was a tenth of prefill's instructions at d = 64 and
@@ -94,7 +94,7 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     MK_V f = _mm256_fmsub_ps(xc, _mm256_set1_ps(1.44269504f), n);
     f = _mm256_fmadd_ps(xc, _mm256_set1_ps(1.925963034e-08f), f);
-    return times_pow2(MK_EXP2_DEG6(_mm256_fmadd_ps, MK_C2, f), n);
+    return times_pow2(MK_EXP2_DEG6(_mm256_fmadd_ps, MK_CE, f), n);
 }
 #define MK_V_EXP2_GROUP 4
 /* k 2^t for t <= 2^-20 (sm_exp2 of softmax_driver.h: the exp pass in
@@ -102,8 +102,9 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
  * steps without the multiply by log2(e) and its correction, f = t - n
  * exact, MK_EXP2_DEG5's coefficients times k (hoisted out of the caller's
  * loop: k is the same across it). t is clamped at MK_AVX2_EXP_ZERO, as
- * mk_v_exp's x at -45: -inf gives 0, NaN stays NaN. 12 instructions a vector: with the
- * argument's FMA and the sum, 14 a score vector against sm_exp's 18.
+ * mk_v_exp's x at -45: -inf gives 0, NaN stays NaN. 12 instructions a
+ * vector: with the argument's FMA and the sum, 14 a score vector against
+ * sm_exp's 18.
  *
  * For n vectors t[0..n) in place (n a constant), one step at a time
  * across them: lane for lane the same operations in the same order for
@@ -129,7 +130,8 @@ MK_INLINE void exp2k_each(MK_V *t, const int n, MK_V k)
     MK_EACH(g) p[g] = _mm256_mul_ps(_mm256_set1_ps(MK_AVX2_EXP_C(c[0])), k);
     for (size_t i = 1; i < sizeof c / sizeof c[0]; i++)
         MK_EACH(g) p[g] = _mm256_fmadd_ps(
-            p[g], t[g], _mm256_mul_ps(_mm256_set1_ps(MK_AVX2_EXP_C(c[i])), k));
+            p[g], t[g],
+            _mm256_mul_ps(_mm256_set1_ps(MK_AVX2_EXP_C(c[i])), k));
     MK_EACH(g) t[g] = _mm256_mul_ps(p[g], _mm256_castsi256_ps(e[g]));
 #undef MK_EACH
 }
@@ -142,7 +144,7 @@ MK_INLINE void mk_v_exp2k_group(MK_V t[MK_V_EXP2_GROUP], MK_V k)
 {
     exp2k_each(t, MK_V_EXP2_GROUP, k);
 }
-#undef MK_C2
+#undef MK_CE
 #define MK_V_EXP2 1
 /* The sum of P rides in the exp pass: nothing is called across it. */
 #define MK_SM_FUSED_SUM 1

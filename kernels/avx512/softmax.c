@@ -69,9 +69,10 @@ MK_INLINE __mmask16 mk_v_above_floor(MK_V e, float least)
  * to ~2^-24 relative; 2^f by kernels/exp2_poly.h's degree 6 (2^0 exactly
  * 1, about 1 ulp, in the bf16 table's step too: these are the rescale
  * factors); times 2^n by VSCALEFPS, the lanes whose x L is below the
- * floor zeroed (mk_v_above_floor). x is clamped at -110 first, so -inf takes no
- * inf - inf (its lane is zeroed: 0). VMAXPS returns its second operand
- * when either is NaN, so the clamp keeps a NaN, and NaN stays NaN. A
+ * floor zeroed (mk_v_above_floor). x is clamped at -110 first, so -inf
+ * takes no inf - inf (its lane is zeroed: 0). VMAXPS returns its second
+ * operand when either is NaN, so the clamp keeps a NaN, and NaN stays
+ * NaN. A
  * call per 16 scores to SLEEF's exp was 8% of bf16 prefill's time and
  * 4-5% of fp32's. The softmax pass itself takes mk_v_exp2k (below); this
  * one the rescale factors and the rows sm_exp2_args leaves to sm_exp. */
@@ -84,8 +85,9 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
     __m512 f = _mm512_fmsub_ps(xc, _mm512_set1_ps(1.44269504f), n);
     f = _mm512_fmadd_ps(xc, _mm512_set1_ps(1.925963034e-08f), f);
 #define MK_C1(c) _mm512_set1_ps(c)
-    return _mm512_maskz_scalef_ps(mk_v_above_floor(y, (float)MK_EXP_FLOOR_LOG2),
-                                  MK_EXP2_DEG6(_mm512_fmadd_ps, MK_C1, f), n);
+    return _mm512_maskz_scalef_ps(
+        mk_v_above_floor(y, (float)MK_EXP_FLOOR_LOG2),
+        MK_EXP2_DEG6(_mm512_fmadd_ps, MK_C1, f), n);
 #undef MK_C1
 }
 /* k 2^(t - 1/2) for t <= 1/2 + 2^-20 (sm_exp2 of softmax_driver.h: the
@@ -98,8 +100,8 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
  * rounded to bf16, 2^-9, before it multiplies) degree 4 (2.7e-6); times
  * 2^floor(t) by VSCALEFPS, which floors t itself, the lanes whose result
  * falls below the floor (2^(t - 1/2) below 2^MK_EXP_FLOOR_LOG2) zeroed
- * (mk_v_above_floor). The floor and the polynomial's
- * x agree, so no n = t - f is formed (one instruction a vector fewer than
+ * (mk_v_above_floor). The floor and the polynomial's x agree, so no
+ * n = t - f is formed (one instruction a vector fewer than
  * rounding to nearest). The 1/2 puts the polynomial's jump from x = 1 to
  * x = 0 where rounding to nearest had it, half an integer from the row's
  * maximum (t = 1/2 there): flooring t - 1/2 itself would jump at the
