@@ -214,7 +214,11 @@ static inline float mk_row_next_max(const float *row, int64_t n, float bmax,
  * causal on Intel, this floor 1.09x (docs/design.md, "The softmax step's
  * exp"). What it drops is below 2^-64.5 of the row's largest P a key, so
  * under 2^-44 of a sum of a million keys: invisible in fp32. */
-#define MK_EXP_FLOOR_LOG2 (-64.5)
+#define MK_EXP_FLOOR_LOG2 (MK_EXP_FLOOR_HALVES / 2.0)
+/* The same in halves of a binade: an integer, for the static assertions
+ * of the tables' forms (clang refuses a floating-point comparison in a
+ * _Static_assert). */
+#define MK_EXP_FLOOR_HALVES (-129)
 
 /* Blocks of at most this many query rows take the decode kernels: keys and
  * values are read in place (any element type, widened in registers), not

@@ -58,7 +58,7 @@ MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y)
  * of 2: NaN stays NaN. */
 #define MK_AVX2_EXP_ZERO (-65)
 #define MK_AVX2_EXP_SHIFT 62 /* 127 + MK_AVX2_EXP_ZERO */
-_Static_assert(MK_AVX2_EXP_ZERO + 0.5 == MK_EXP_FLOOR_LOG2,
+_Static_assert(2 * MK_AVX2_EXP_ZERO + 1 == MK_EXP_FLOOR_HALVES,
                "rounded to nearest, t from 2^-64.5 down makes n = -65");
 MK_INLINE __m256i pow2_bits(MK_V n)
 {

@@ -82,7 +82,8 @@ MK_INLINE MK_V mk_v_exp2k(MK_V t, MK_V k)
                               23);
     return vmulq_f32(p, vreinterpretq_f32_s32(e));
 }
-_Static_assert(-65 + 0.5 == MK_EXP_FLOOR_LOG2, "mk_v_exp2k's clamp and bias");
+_Static_assert(2 * -65 + 1 == MK_EXP_FLOOR_HALVES,
+               "mk_v_exp2k's clamp and bias");
 #define MK_V_EXP2 1
 MK_INLINE MK_V mk_v_tanh(MK_V x) { return Sleef_tanhf4_u10advsimd(x); }
 MK_INLINE float mk_v_hmax(MK_V x) { return vmaxnmvq_f32(x); }
