@@ -219,6 +219,10 @@ static inline float mk_row_next_max(const float *row, int64_t n, float bmax,
  * of the tables' forms (clang refuses a floating-point comparison in a
  * _Static_assert). */
 #define MK_EXP_FLOOR_HALVES (-129)
+/* The same for an exp of x in the natural base: x below ln(2^-64.5),
+ * about -44.708, gives 0 (generic's exp and NEON's rescale exp compare x
+ * with it). */
+#define MK_EXP_FLOOR_LN ((float)(MK_EXP_FLOOR_LOG2 * 0.69314718055994531))
 
 /* Blocks of at most this many query rows take the decode kernels: keys and
  * values are read in place (any element type, widened in registers), not

@@ -655,11 +655,9 @@ START_TEST(softmax_single_key_exact)
             float row_max[19], row_sum[19], alpha[19];
             for (int64_t i = 0; i < m; i++)
                 row_max[i] = -INFINITY, row_sum[i] = 0.0f;
-            mk_mask mask;
-            memset(&mask, 0, sizeof mask);
-            mask.diag_lo = MK_NO_DIAG_LO;
-            mask.diag_hi = causal ? 0 : MK_NO_DIAG_HI;
-            mask.key_limit = n;
+            mk_mask mask = open_mask(n);
+            if (causal)
+                mask.diag_hi = 0;
             all.t[x].softmax_update(got, n, m, n, 0.3f, &mask, row_max,
                                     row_sum, alpha);
             for (int64_t i = 0; i < (causal ? 1 : m); i++)

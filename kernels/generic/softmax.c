@@ -10,7 +10,7 @@
  * vectorises: Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, a degree-7
  * Taylor polynomial (truncation < 1e-8 relative), and 2^n built in the
  * exponent bits. Results from the floor of kernels.h down (x below
- * ln(2^MK_EXP_FLOOR_LOG2), -44.7083) are 0; NaN stays NaN. */
+ * MK_EXP_FLOOR_LN, about -44.708) are 0; NaN stays NaN. */
 static inline float exp_nonpositive(float x)
 {
     const float log2e = 1.44269504088896341f;
@@ -36,7 +36,7 @@ static inline float exp_nonpositive(float x)
     float scale;
     memcpy(&scale, &sbits, sizeof scale);
     float e = p * scale;
-    return x < -44.7083f ? 0.0f : e;
+    return x < MK_EXP_FLOOR_LN ? 0.0f : e;
 }
 
 #define MK_V float

@@ -52,12 +52,12 @@ MK_INLINE MK_V mk_v_fma(MK_V a, MK_V b, MK_V c) { return vfmaq_f32(c, a, b); }
 /* FMAXNM returns the number when one operand is NaN. */
 MK_INLINE MK_V mk_v_max(MK_V x, MK_V acc) { return vmaxnmq_f32(x, acc); }
 /* SLEEF's exp, made 0 from the floor of kernels.h down (x below
- * ln(2^MK_EXP_FLOOR_LOG2), -44.7083), as the base-2 exp below and every
+ * MK_EXP_FLOOR_LN, about -44.708), as the base-2 exp below and every
  * other table's exps make it. A NaN x fails the compare and stays NaN. */
 MK_INLINE MK_V mk_v_exp(MK_V x)
 {
-    return vbslq_f32(vcltq_f32(x, vdupq_n_f32(-44.7083f)), vdupq_n_f32(0.0f),
-                     Sleef_expf4_u10advsimd(x));
+    return vbslq_f32(vcltq_f32(x, vdupq_n_f32(MK_EXP_FLOOR_LN)),
+                     vdupq_n_f32(0.0f), Sleef_expf4_u10advsimd(x));
 }
 /* k 2^t for t <= 2^-20 (sm_exp2 of softmax_driver.h: the exp pass in
  * base 2, its argument out of one FMA, k a correction near 1), inline as
