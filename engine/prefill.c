@@ -202,9 +202,10 @@ void mha_prefill_scores(const mk_table *t, const mha_problem *p,
             pack_keys(t, p, rb, sc, k0, nk, kp);
         t->qk(rb->q, rb->ldq, rb->rows, kp, nk, p->d, sc->s, rb->s_ld);
     }
-    mk_softmax_update_fn *step = !pl->half         ? t->softmax_update
-                                 : half_codes(pl, rb) ? pl->half->softmax_update_codes
-                                                      : pl->half->softmax_update;
+    mk_softmax_update_fn *step = t->softmax_update;
+    if (pl->half)
+        step = half_codes(pl, rb) ? pl->half->softmax_update_codes
+                                  : pl->half->softmax_update;
     step(sc->s, rb->s_ld, rb->rows, nk, p->scale, &mk, m, row_sum,
          sc->alpha);
 }

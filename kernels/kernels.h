@@ -77,8 +77,9 @@ static inline int mk_dtype_scaled(mk_dtype t)
     return 0;
 }
 
-/* Runs CALL(T) with T the constant (MK_F32, MK_F16, ...) that t holds, so a kernel inlined with its element type as a constant gets one
- * instance per dtype. Exhaustive, like every switch over mk_dtype. */
+/* Runs CALL(T) with T the constant (MK_F32, MK_F16, ...) that t holds, so
+ * a kernel inlined with its element type as a constant gets one instance
+ * per dtype. Exhaustive, like every switch over mk_dtype. */
 #define MK_FOR_DTYPE(t, CALL)                                             \
     switch (t) {                                                          \
     case MK_F32: CALL(MK_F32); break;                                     \
@@ -255,10 +256,11 @@ typedef void mk_qk_fn(const float *q, ptrdiff_t ldq, int64_t m,
                       ptrdiff_t lds);
 /* The fused scale + mask + online softmax step over an m x n score tile.
  * In place, s becomes P = exp(x - row_max'), where x is the score of
- * mk_mask (scale * s, softcap, ALiBi, bias), or -inf where masked, and row_max' = max(row_max, max_j x). Then
- * alpha[i] = exp(row_max - row_max'), row_sum = row_sum * alpha +
- * sum_j P, row_max = row_max'. A row whose maximum is still -inf gets
- * P = 0 and alpha = 1 (mk_row_next_max). */
+ * mk_mask (scale * s, softcap, ALiBi, bias), or -inf where masked, and
+ * row_max' = max(row_max, max_j x). Then alpha[i] = exp(row_max -
+ * row_max'), row_sum = row_sum * alpha + sum_j P, row_max = row_max'. A
+ * row whose maximum is still -inf gets P = 0 and alpha = 1
+ * (mk_row_next_max). */
 typedef void mk_softmax_update_fn(float *s, ptrdiff_t lds, int64_t m,
                                   int64_t n, float scale, const mk_mask *mask,
                                   float *row_max, float *row_sum,
