@@ -49,18 +49,19 @@ MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y)
 #define mk_v_max _mm256_max_ps
 /* The exps round t to the nearest integer n by adding MK_AVX2_EXP_MAGIC,
  * 1.5 2^23 - MK_AVX2_EXP_ZERO: for t in the exps' range (clamped at
- * MK_AVX2_EXP_ZERO, at most 2^-20) the sum r is an integer of unit ulp, n = r - MAGIC exactly, and r's low
- * mantissa bits hold n - MK_AVX2_EXP_ZERO (times_pow2 reads them). Against
- * VROUNDPS, VCVTPS2DQ and an integer add (4 uops on Intel, where VROUNDPS
- * is 2, three of them on the two FMA ports) an add and a subtract, which
- * Intel's fast adders on a third port take too: the avx2 softmax step
- * over 96 x 512 scores ran 1.19x faster on Intel (docs/benchmarks.md).
- * The sum rounds ties to the even r, so to the odd n (the magic is odd):
- * where t is exactly an odd multiple of 1/2, f = t - n is 1/2 where
- * VROUNDPS gave -1/2, both in the polynomials' range, and P comes out an
- * ulp from what it was (5 of 7.8M values in a random test); every other t
- * gives the same n as before, so the same bits. It rounds in MXCSR's
- * mode, as all the library's arithmetic does. */
+ * MK_AVX2_EXP_ZERO, at most 2^-20) the sum r is an integer of unit ulp,
+ * n = r - MAGIC exactly, and r's low mantissa bits hold n -
+ * MK_AVX2_EXP_ZERO (times_pow2 reads them). Against VROUNDPS, VCVTPS2DQ
+ * and an integer add (4 uops on Intel, where VROUNDPS is 2, three of them
+ * on the two FMA ports) an add and a subtract, which Intel's fast adders
+ * on a third port take too: the avx2 softmax step over 96 x 512 scores
+ * ran 1.19x faster on Intel (docs/benchmarks.md). The sum rounds ties to
+ * the even r, so to the odd n (the magic is odd): where t is exactly an
+ * odd multiple of 1/2, f = t - n is 1/2 where VROUNDPS gave -1/2, both in
+ * the polynomials' range, and P comes out an ulp from what it was (5 of
+ * 7.8M values in a random test); every other t gives the same n as
+ * before, so the same bits. It rounds in MXCSR's mode, as all the
+ * library's arithmetic does. */
 #define MK_AVX2_EXP_ZERO (-65)
 #define MK_AVX2_EXP_SHIFT 62 /* 127 + MK_AVX2_EXP_ZERO */
 #define MK_AVX2_EXP_MAGIC (0x1.8p23f - (float)MK_AVX2_EXP_ZERO)
@@ -68,14 +69,14 @@ _Static_assert(2 * MK_AVX2_EXP_ZERO + 1 == MK_EXP_FLOOR_HALVES,
                "rounded to nearest, t from 2^-64.5 down makes n = -65");
 /* The exps' 2^n, n integral in [MK_AVX2_EXP_ZERO, 0] (or NaN), from r = t
  * + MK_AVX2_EXP_MAGIC as the float bits (n - MK_AVX2_EXP_ZERO) << 23 (the
- * shift drops r's exponent and upper mantissa): 2^(n - MK_AVX2_EXP_SHIFT), so n =
- * MK_AVX2_EXP_ZERO gives +0, the floor of kernels.h (MK_EXP_FLOOR_LOG2: a
- * result from 2^-64.5 down is 0, never a subnormal on the way; the exps
- * clamp their argument so that n >= MK_AVX2_EXP_ZERO). The exps'
- * polynomials carry the factor 2^MK_AVX2_EXP_SHIFT in their coefficients
- * (exact), so p 2^n comes out with the bits of the plain product. A NaN t
- * makes the polynomial NaN (f = t - n), whatever bits r gives: NaN stays
- * NaN. */
+ * shift drops r's exponent and upper mantissa): 2^(n -
+ * MK_AVX2_EXP_SHIFT), so n = MK_AVX2_EXP_ZERO gives +0, the floor of
+ * kernels.h (MK_EXP_FLOOR_LOG2: a result from 2^-64.5 down is 0, never a
+ * subnormal on the way; the exps clamp their argument so that n >=
+ * MK_AVX2_EXP_ZERO). The exps' polynomials carry the factor
+ * 2^MK_AVX2_EXP_SHIFT in their coefficients (exact), so p 2^n comes out
+ * with the bits of the plain product. A NaN t makes the polynomial NaN (f
+ * = t - n), whatever bits r gives: NaN stays NaN. */
 MK_INLINE MK_V times_pow2(MK_V p, MK_V r)
 {
     __m256i e = _mm256_castps_si256(r);
