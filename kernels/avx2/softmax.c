@@ -77,6 +77,14 @@ _Static_assert(2 * MK_AVX2_EXP_ZERO + 1 == MK_EXP_FLOOR_HALVES,
  * 2^MK_AVX2_EXP_SHIFT in their coefficients (exact), so p 2^n comes out
  * with the bits of the plain product. A NaN t makes the polynomial NaN (f
  * = t - n), whatever bits r gives: NaN stays NaN. */
+/* r = t + MK_AVX2_EXP_MAGIC (for times_pow2), and *n = r - MAGIC = t
+ * rounded to an integer (see above). */
+MK_INLINE MK_V round_magic(MK_V t, MK_V *n)
+{
+    MK_V r = _mm256_add_ps(t, _mm256_set1_ps(MK_AVX2_EXP_MAGIC));
+    *n = _mm256_sub_ps(r, _mm256_set1_ps(MK_AVX2_EXP_MAGIC));
+    return r;
+}
 MK_INLINE MK_V times_pow2(MK_V p, MK_V r)
 {
     __m256i e = _mm256_castps_si256(r);
@@ -101,9 +109,8 @@ _Static_assert(MK_AVX2_EXP_SHIFT == 62, "MK_AVX2_EXP_C's factor");
 MK_INLINE MK_V mk_v_exp(MK_V x)
 {
     MK_V xc = _mm256_max_ps(_mm256_set1_ps(-45.0f), x);
-    MK_V r = _mm256_add_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504f)),
-                           _mm256_set1_ps(MK_AVX2_EXP_MAGIC));
-    MK_V n = _mm256_sub_ps(r, _mm256_set1_ps(MK_AVX2_EXP_MAGIC));
+    MK_V n,
+        r = round_magic(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504f)), &n);
     MK_V f = _mm256_fmsub_ps(xc, _mm256_set1_ps(1.44269504f), n);
     f = _mm256_fmadd_ps(xc, _mm256_set1_ps(1.925963034e-08f), f);
     return times_pow2(MK_EXP2_DEG6(_mm256_fmadd_ps, MK_CE, f), r);
@@ -130,13 +137,12 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
 MK_INLINE void exp2k_each(MK_V *t, const int n, MK_V k)
 {
     static const float c[] = {MK_EXP2_DEG5_COEFFS};
-    MK_V r[MK_V_EXP2_GROUP], p[MK_V_EXP2_GROUP];
+    MK_V r[MK_V_EXP2_GROUP], m[MK_V_EXP2_GROUP], p[MK_V_EXP2_GROUP];
 #define MK_EACH(g) for (int g = 0; g < n; g++)
     MK_EACH(g) t[g] =
         _mm256_max_ps(_mm256_set1_ps((float)MK_AVX2_EXP_ZERO), t[g]);
-    MK_EACH(g) r[g] = _mm256_add_ps(t[g], _mm256_set1_ps(MK_AVX2_EXP_MAGIC));
-    MK_EACH(g) t[g] = _mm256_sub_ps(
-        t[g], _mm256_sub_ps(r[g], _mm256_set1_ps(MK_AVX2_EXP_MAGIC)));
+    MK_EACH(g) r[g] = round_magic(t[g], &m[g]);
+    MK_EACH(g) t[g] = _mm256_sub_ps(t[g], m[g]);
     MK_EACH(g) p[g] = _mm256_mul_ps(_mm256_set1_ps(MK_AVX2_EXP_C(c[0])), k);
     for (size_t i = 1; i < sizeof c / sizeof c[0]; i++)
         MK_EACH(g) p[g] = _mm256_fmadd_ps(
