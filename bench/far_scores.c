@@ -68,7 +68,7 @@ int main(int argc, char **argv)
                 "far_scores: B, H, L, D must be positive, L <= 65536\n");
         return 2;
     }
-    mha_config cfg = {1, isa};
+    mha_config cfg = {.num_threads = 1, .isa = isa};
     mha_engine *e;
     if (mha_engine_create(&cfg, &e) != MHA_OK) {
         fprintf(stderr, "far_scores: %s\n", mha_last_error());

@@ -201,6 +201,9 @@ void mha_attention_run(const mk_table *t, const mha_problem *p,
     float *thread_mem = partials + pl->part_floats;
 #pragma omp parallel num_threads(pl->nthreads) if (pl->nthreads > 1)
     {
+        /* OpenMP's workers keep their own environment: each sets the
+         * call's (docs/design.md, "The floating-point environment"). */
+        MHA_FPENV_SCOPE(pl->flush);
         mha_scratch sc = thread_scratch(pl, thread_mem, omp_get_thread_num());
         mha_head_cache cache = {-1, 0, 0, -1, 0, 0};
 #pragma omp for schedule(dynamic, 1)
@@ -275,6 +278,7 @@ mha_status mha_attention_check(const mha_engine *engine,
 {
     if (!engine)
         return mha_fail(MHA_ERR_NULL_POINTER, "engine is NULL");
+    MHA_FPENV_SCOPE(engine->flush);
     mha_problem p;
     mha_status st = mha_validate_attention(args, &p);
     return st != MHA_OK ? st : mha_attention_plan_check(engine, &p);
@@ -285,6 +289,7 @@ mha_status mha_attention(const mha_engine *engine,
 {
     if (!engine)
         return mha_fail(MHA_ERR_NULL_POINTER, "engine is NULL");
+    MHA_FPENV_SCOPE(engine->flush);
     mha_problem p;
     mha_status st = mha_validate_attention(args, &p);
     if (st != MHA_OK)

@@ -104,6 +104,7 @@ struct mha_plan {
     int64_t part_floats; /* split partials of every split sequence */
     int64_t tasks_max;  /* tasks at most: one per item */
     int nthreads;
+    int flush;          /* the engine's flush_subnormals (fpenv.c) */
     mha_scratch_layout thread;
     size_t seq_offset;  /* bytes to the sequence table (run fills it) */
     size_t task_offset; /* bytes to the task list (run fills it) */

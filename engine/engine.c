@@ -7,13 +7,17 @@ mha_status mha_engine_create(const mha_config *config, mha_engine **engine)
 {
     if (!engine)
         return mha_fail(MHA_ERR_NULL_POINTER, "engine (output) is NULL");
-    mha_config cfg = {0, MHA_ISA_AUTO};
+    mha_config cfg = {0, MHA_ISA_AUTO, 0};
     if (config)
         cfg = *config;
     if (cfg.num_threads < 0 || cfg.num_threads > MHA_MAX_THREADS)
         return mha_fail(MHA_ERR_BAD_ARGUMENT,
                         "config.num_threads (%d) is outside [0, %d]",
                         cfg.num_threads, MHA_MAX_THREADS);
+    if (cfg.flush_subnormals && !mha_fpenv_can_flush())
+        return mha_fail(MHA_ERR_UNSUPPORTED,
+                        "config.flush_subnormals: this CPU cannot flush "
+                        "subnormal inputs");
     mk_table table;
     mha_isa picked;
     mha_status st = mha_dispatch(cfg.isa, &picked, &table);
@@ -25,6 +29,7 @@ mha_status mha_engine_create(const mha_config *config, mha_engine **engine)
     e->isa = picked;
     e->num_threads = cfg.num_threads;
     e->kernels = table;
+    e->flush = cfg.flush_subnormals != 0;
     *engine = e;
     return MHA_OK;
 }

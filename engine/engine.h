@@ -10,6 +10,7 @@ struct mha_engine {
     mha_isa isa;      /* the table picked: never MHA_ISA_AUTO */
     int num_threads;  /* 0: OpenMP's default at call time */
     mk_table kernels; /* filled by the ISA's initialiser */
+    int flush;        /* mha_config.flush_subnormals, as 0 or 1 */
 };
 
 /* errors.c: records a formatted message for this thread, returns status. */
@@ -32,6 +33,32 @@ int mha_cpu_detect_neon_fhm(void);
 int mha_cpu_is_intel(void);
 /* cpu.c: the L1 data cache's size in bytes (cached; 32 KiB if unknown). */
 int64_t mha_cpu_l1d_bytes(void);
+
+/* fpenv.c: the floating-point environment of a call (docs/design.md,
+ * "The floating-point environment"). mha_fpenv_enter sets round to
+ * nearest, every exception masked and subnormals kept (flush 0) or
+ * flushed, on the calling thread, and returns what it replaced;
+ * mha_fpenv_leave restores that. MHA_FPENV_SCOPE does both for the
+ * enclosing block: each public entry point that computes, and each thread
+ * of a parallel region, opens one. mha_fpenv_can_flush: whether this CPU
+ * flushes (x86's DAZ; AArch64). */
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
+typedef struct {
+    uint64_t state; /* MXCSR, or FPCR */
+    uint64_t flags; /* FPSR (AArch64) */
+} mha_fpenv;
+#else
+#include <fenv.h>
+typedef struct {
+    fenv_t env;
+} mha_fpenv;
+#endif
+mha_fpenv mha_fpenv_enter(int flush);
+void mha_fpenv_leave(const mha_fpenv *saved);
+int mha_fpenv_can_flush(void);
+#define MHA_FPENV_SCOPE(flush)                                        \
+    mha_fpenv mha_fpenv_scope_ __attribute__((cleanup(mha_fpenv_leave))) = \
+        mha_fpenv_enter(flush)
 
 /* isa.c: the filled table of an ISA, or an error status (with message)
  * when the build or the CPU lacks it. isa may be MHA_ISA_AUTO. Tests and

@@ -197,6 +197,7 @@ mha_status mha_layer_create(const mha_engine *engine,
     if (!engine || !desc || !layer)
         return mha_fail(MHA_ERR_NULL_POINTER, "%s is NULL",
                         !engine ? "engine" : !desc ? "desc" : "layer");
+    MHA_FPENV_SCOPE(engine->flush);
     int64_t e = desc->embed_dim, h = desc->num_heads;
     int64_t kdim = desc->kdim ? desc->kdim : e;
     int64_t vdim = desc->vdim ? desc->vdim : e;
@@ -409,35 +410,43 @@ static void project(const mha_layer *l, int i, const void *a, rows_of ra,
         per++;
     int64_t chunks = batch * per;
     int nthreads = mha_threads_for_call(engine, chunks);
-#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) \
-    if (nthreads > 1 && chunks > 1)
-    for (int64_t x = 0; x < chunks; x++) {
-        /* Chunk j of a sequence: strips [j * strips / per, (j + 1) *
-         * strips / per), the last cut at seq. strips <= rows / LINEAR_STRIP
-         * per at the fewest chunks (seq <= per * rows, rows whole strips)
-         * and more chunks only shrink them, so no chunk passes rows rows,
-         * what the scratch holds, and none is empty (per <= strips). */
-        int64_t b = x / per, j = x % per;
-        int64_t r0 = j * strips / per * LINEAR_STRIP;
-        int64_t r1 = (j + 1) * strips / per * LINEAR_STRIP;
-        int64_t m = (r1 < seq ? r1 : seq) - r0;
-        float *mine = tmp + project_scratch_floats(l) * omp_get_thread_num();
-        if (l->dtype == MHA_BF16) {
-            project_bf16_rows(t, l, i, (const uint16_t *)a + b * ra.sb + r0 * ra.ss,
-                              ra.ss, m, k, e,
-                              (uint16_t *)c + b * rc.sb + r0 * rc.ss,
-                              m > 1 ? rc.ss : e, mine);
-            continue;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && chunks > 1)
+    {
+        /* Each thread in the call's environment (fpenv.c). */
+        MHA_FPENV_SCOPE(engine->flush);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t x = 0; x < chunks; x++) {
+            /* Chunk j of a sequence: strips [j * strips / per, (j + 1)
+             * * strips / per), the last cut at seq. strips <= rows /
+             * LINEAR_STRIP per at the fewest chunks (seq <= per * rows,
+             * rows whole strips) and more chunks only shrink them, so no
+             * chunk passes rows rows, what the scratch holds, and none is
+             * empty (per <= strips). */
+            int64_t b = x / per, j = x % per;
+            int64_t r0 = j * strips / per * LINEAR_STRIP;
+            int64_t r1 = (j + 1) * strips / per * LINEAR_STRIP;
+            int64_t m = (r1 < seq ? r1 : seq) - r0;
+            float *mine =
+                tmp + project_scratch_floats(l) * omp_get_thread_num();
+            if (l->dtype == MHA_BF16) {
+                project_bf16_rows(t, l, i,
+                                  (const uint16_t *)a + b * ra.sb +
+                                      r0 * ra.ss,
+                                  ra.ss, m, k, e,
+                                  (uint16_t *)c + b * rc.sb + r0 * rc.ss,
+                                  m > 1 ? rc.ss : e, mine);
+                continue;
+            }
+            /* The chunk's rows copied at a padded stride (LINEAR_PAD), the
+             * same bits: 1.03-1.10x on the E = 1024 layer (Zen 4, AVX-512;
+             * docs/benchmarks.md). */
+            const float *src = (const float *)a + b * ra.sb + r0 * ra.ss;
+            for (int64_t r = 0; r < m; r++)
+                memcpy(mine + r * (k + LINEAR_PAD), src + r * ra.ss,
+                       (size_t)k * sizeof(float));
+            t->linear(mine, k + LINEAR_PAD, m, w, e, k, bias,
+                      (float *)c + b * rc.sb + r0 * rc.ss, m > 1 ? rc.ss : e);
         }
-        /* The chunk's rows copied at a padded stride (LINEAR_PAD), the
-         * same bits: 1.03-1.10x on the E = 1024 layer (Zen 4, AVX-512;
-         * docs/benchmarks.md). */
-        const float *src = (const float *)a + b * ra.sb + r0 * ra.ss;
-        for (int64_t r = 0; r < m; r++)
-            memcpy(mine + r * (k + LINEAR_PAD), src + r * ra.ss,
-                   (size_t)k * sizeof(float));
-        t->linear(mine, k + LINEAR_PAD, m, w, e, k, bias,
-                  (float *)c + b * rc.sb + r0 * rc.ss, m > 1 ? rc.ss : e);
     }
 }
 
@@ -645,6 +654,7 @@ static mha_status layer_prepare(const mha_layer *layer,
 
 mha_status mha_layer_check(const mha_layer *layer, const mha_layer_args *args)
 {
+    MHA_FPENV_SCOPE(layer ? layer->engine->flush : 0);
     layer_call c;
     return layer_prepare(layer, args, &c);
 }
@@ -652,6 +662,7 @@ mha_status mha_layer_check(const mha_layer *layer, const mha_layer_args *args)
 mha_status mha_layer_forward_ex(const mha_layer *layer,
                                 const mha_layer_args *args)
 {
+    MHA_FPENV_SCOPE(layer ? layer->engine->flush : 0);
     layer_call c;
     mha_status st = layer_prepare(layer, args, &c);
     if (st != MHA_OK)

@@ -213,6 +213,7 @@ static mha_status check_merge(const mha_merge_args *a)
 
 mha_status mha_merge_states(const mha_merge_args *a)
 {
+    MHA_FPENV_SCOPE(0);
     mha_status st = check_merge(a);
     if (st != MHA_OK)
         return st;

@@ -433,6 +433,7 @@ mha_status mha_plan_make(const mha_engine *engine, const mha_problem *p,
                         "attention work items for %lld sequences overflow",
                         (long long)p->batch);
     pl->nthreads = mha_threads_for_call(engine, pl->items);
+    pl->flush = engine->flush;
     pl->tasks_max = pl->items;
     int64_t partials = pl->part_floats, total, seq_bytes, task_bytes, end;
     if (!lay_out(t, p, pl) ||

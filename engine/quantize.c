@@ -223,6 +223,7 @@ static mha_status check_pair(const mha_tensor *src, const mha_tensor *dst,
 mha_status mha_quantize(const mha_tensor *src, const mha_tensor *dst,
                         float *scales_out)
 {
+    MHA_FPENV_SCOPE(0);
     mha_tensor d;
     float qmax = 0.0f;
     mha_span rd;
@@ -257,6 +258,7 @@ static void token_views(const mha_tensor *src, const mha_tensor *pool,
 mha_status mha_quantize_paged(const mha_tensor *src, const mha_tensor *pool,
                               const int64_t *slots, float *scales_out)
 {
+    MHA_FPENV_SCOPE(0);
     mha_tensor d;
     float qmax = 0.0f;
     mha_span rp = {0, 0};

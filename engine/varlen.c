@@ -319,6 +319,7 @@ mha_status mha_attention_varlen_check(const mha_engine *engine,
 {
     if (!engine)
         return mha_fail(MHA_ERR_NULL_POINTER, "engine is NULL");
+    MHA_FPENV_SCOPE(engine->flush);
     mha_problem p;
     mha_status st = validate_varlen(args, &p);
     return st != MHA_OK ? st : mha_attention_plan_check(engine, &p);
@@ -329,6 +330,7 @@ mha_status mha_attention_varlen(const mha_engine *engine,
 {
     if (!engine)
         return mha_fail(MHA_ERR_NULL_POINTER, "engine is NULL");
+    MHA_FPENV_SCOPE(engine->flush);
     mha_problem p;
     mha_status st = validate_varlen(args, &p);
     if (st != MHA_OK)

@@ -262,7 +262,8 @@ mha_engine *make_engine(byte_reader *in, char *desc, size_t n)
 {
     int null_config;
     mha_isa isa = isa_of_code(take8(in), &null_config);
-    mha_config config = {threads_of_code(take8(in)), isa};
+    mha_config config = {.num_threads = threads_of_code(take8(in)),
+                         .isa = isa};
     snprintf(desc, n, "isa=%s(%d) threads=%d",
              null_config ? "(config NULL)" : mha_isa_name(config.isa),
              (int)config.isa, config.num_threads);

@@ -103,7 +103,20 @@ typedef struct mha_config {
     int num_threads; /* 0: OpenMP's default (at most MHA_MAX_THREADS);
                         1..MHA_MAX_THREADS: exactly that many at most */
     mha_isa isa;     /* MHA_ISA_AUTO: detect (or the MHA_ISA variable) */
+    /* 0: subnormal floats computed as IEEE has them (x86 takes a microcode
+     * assist on each, up to 80x slower when most inputs are subnormal);
+     * nonzero: subnormal inputs and results read as 0 (x86's DAZ and FTZ,
+     * AArch64's FPCR.FZ), MHA_ERR_UNSUPPORTED where the CPU cannot. */
+    int flush_subnormals;
 } mha_config;
+
+/* Every call that computes (attention, the layer, mha_merge_states,
+ * mha_quantize) does so on each of its threads in round to nearest with
+ * every floating-point exception masked and subnormals as the engine's
+ * flush_subnormals says (IEEE without an engine), whatever the calling
+ * thread's environment: fesetround, feenableexcept and FTZ/DAZ there
+ * change no result and raise no signal. The caller's environment, its
+ * flags included, is back when the call returns. */
 
 typedef struct mha_engine mha_engine;
 

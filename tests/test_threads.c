@@ -1,11 +1,18 @@
 /*
  * Determinism and concurrency, per ISA:
  *  - outputs (and weights) bitwise equal for 1, 2, 3 and 7 OpenMP threads,
- *    for masked attention (prefill, decode with split keys, GQA) and for
- *    the layer;
+ *    for masked attention (prefill, decode with split keys, GQA, subnormal
+ *    values, NaN and infinite inputs) and for the layer;
  *  - several pthreads calling mha_attention and mha_layer_forward on one
- *    shared engine and layer at once get the bytes of serial calls.
+ *    shared engine and layer at once get the bytes of serial calls;
+ *  - the calling thread's floating-point environment (rounding mode,
+ *    FTZ/DAZ, enabled traps) changes no byte and raises no signal, and is
+ *    the caller's again after each call, flags included;
+ *  - mha_config.flush_subnormals reads subnormal inputs as 0 on every
+ *    thread of a call.
  */
+#define _GNU_SOURCE /* feenableexcept */
+#include <fenv.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -13,6 +20,10 @@
 #include <string.h>
 
 #include "util.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 typedef struct job {
     const char *name;
@@ -28,9 +39,9 @@ typedef struct job {
 
 /* The inputs every job reads; built once per test. */
 typedef struct workload {
-    job jobs[8];
+    job jobs[10];
     int n_jobs;
-    float *bufs[32];
+    float *bufs[40];
     int n_bufs;
     uint8_t *keep;
     float *bias;
@@ -122,6 +133,17 @@ static void workload_init(workload *w)
                   &w->mask_decode, 1);
     add_attention(w, &r, "decode long cache", 1, 1, 4099, 8, 2, 64, NULL, 0);
     add_attention(w, &r, "odd shape", 1, 17, 65, 2, 2, 3, NULL, 1);
+    /* Values below FLT_MIN: the P·V sums are subnormal, which FTZ (the
+     * caller's, not the engine's) would make 0. */
+    add_attention(w, &r, "subnormal values", 1, 40, 90, 2, 2, 16, NULL, 1);
+    float *v = (float *)w->jobs[w->n_jobs - 1].args.v.data;
+    for (int64_t i = 0; i < 90 * 2 * 16; i++)
+        v[i] = ldexpf(v[i], -130);
+    /* A NaN query element and an infinite key element: NaN rows, and an
+     * invalid operation that a trap would turn into SIGFPE. */
+    add_attention(w, &r, "nan and inf inputs", 1, 9, 70, 2, 1, 32, NULL, 0);
+    ((float *)w->jobs[w->n_jobs - 1].args.q.data)[40] = NAN;
+    ((float *)w->jobs[w->n_jobs - 1].args.k.data)[100] = INFINITY;
 
     /* The layer: E 64, H 4, packed projections with biases. */
     const int64_t E = 64;
@@ -161,7 +183,7 @@ static mha_status run_job(const mha_engine *e, const mha_layer *layer,
 
 /* Output bytes of every job of w on engine e (with its own layer). */
 typedef struct results {
-    float *out[8], *w[8];
+    float *out[10], *w[10];
 } results;
 
 static void run_all(const mha_engine *e, const workload *w, results *res)
@@ -389,6 +411,288 @@ START_TEST(concurrent_callers_share_a_kept_workspace)
 }
 END_TEST
 
+/* ---- The caller's floating-point environment -------------------------- */
+
+enum {
+    ENV_UPWARD,
+    ENV_DOWNWARD,
+    ENV_TOWARD_ZERO,
+    ENV_FLUSH,
+    ENV_TRAPS,
+    ENV_COUNT
+};
+static const char *const env_names[ENV_COUNT] = {
+    "rounding upward", "rounding downward", "rounding toward zero",
+    "subnormals flushed (FTZ and DAZ, or FZ)", "traps enabled"};
+
+/* The calling thread's control state the tests set (rounding, flushing,
+ * trap enables; not the flags). */
+static uint64_t fp_controls(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    return _mm_getcsr() & ~0x3Fu;
+#elif defined(__aarch64__)
+    uint64_t fpcr;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+    return fpcr;
+#else
+    return (uint64_t)fegetround();
+#endif
+}
+
+/* Sets environment e on the calling thread over the default; 0 when this
+ * platform cannot (flushing outside x86 and AArch64; traps where the FPU,
+ * or qemu's, has none). */
+static int set_caller_env(int e)
+{
+    fesetenv(FE_DFL_ENV);
+    switch (e) {
+    case ENV_UPWARD: return fesetround(FE_UPWARD) == 0;
+    case ENV_DOWNWARD: return fesetround(FE_DOWNWARD) == 0;
+    case ENV_TOWARD_ZERO: return fesetround(FE_TOWARDZERO) == 0;
+    case ENV_FLUSH:
+#if defined(__x86_64__) || defined(__i386__)
+        _mm_setcsr(_mm_getcsr() | 0x8040u);
+        return 1;
+#elif defined(__aarch64__)
+    {
+        uint64_t fpcr;
+        __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+        fpcr |= (uint64_t)1 << 24;
+        __asm__ volatile("msr fpcr, %0" : : "r"(fpcr));
+        return 1;
+    }
+#else
+        return 0;
+#endif
+    case ENV_TRAPS: {
+        const int traps = FE_INVALID | FE_DIVBYZERO | FE_OVERFLOW;
+        return feenableexcept(traps) != -1 && fegetexcept() == traps;
+    }
+    }
+    return 0;
+}
+
+/* The workload under each environment, on 1 and 2 threads, against its
+ * bytes under the default environment: the same bytes, no signal (a
+ * trapped NaN would end the suite), the environment the caller's again
+ * after every call. Then the flags: a call's own (the NaN job's invalid
+ * operation) do not reach the caller, and the caller's stay. */
+START_TEST(caller_fp_environment_changes_nothing)
+{
+    workload w;
+    workload_init(&w);
+    mha_isa isas[TEST_MAX_ISAS];
+    int n_isa = available_isas(isas);
+    int ran[ENV_COUNT] = {0};
+    for (int t = 0; t < n_isa; t++) {
+        const char *isa = mha_isa_name(isas[t]);
+        results base;
+        mha_engine *e1 = make_engine(isas[t], 1);
+        run_all(e1, &w, &base);
+        mha_engine_destroy(e1);
+        for (int env = 0; env < ENV_COUNT; env++)
+            for (int threads = 1; threads <= 2; threads++) {
+                mha_engine *e = make_engine(isas[t], threads);
+                if (!set_caller_env(env)) {
+                    fesetenv(FE_DFL_ENV);
+                    mha_engine_destroy(e);
+                    continue;
+                }
+                ran[env] = 1;
+                uint64_t want = fp_controls();
+                results res;
+                run_all(e, &w, &res);
+                uint64_t after = fp_controls();
+                fesetenv(FE_DFL_ENV);
+                ck_assert_msg(after == want,
+                              "[%s] %s, %d threads: the caller's control "
+                              "state went from %#llx to %#llx",
+                              isa, env_names[env], threads,
+                              (unsigned long long)want,
+                              (unsigned long long)after);
+                char how[96];
+                snprintf(how, sizeof how, "under %s, %d threads",
+                         env_names[env], threads);
+                expect_same(&w, &base, &res, isa, how);
+                results_free(&w, &res);
+                mha_engine_destroy(e);
+            }
+        mha_engine *e2 = make_engine(isas[t], 2);
+        results res;
+        feclearexcept(FE_ALL_EXCEPT);
+        run_all(e2, &w, &res);
+        ck_assert_msg(fetestexcept(FE_ALL_EXCEPT) == 0,
+                      "[%s] the calls left flags %#x raised", isa,
+                      fetestexcept(FE_ALL_EXCEPT));
+        results_free(&w, &res);
+        /* glibc may raise underflow by an operation that is inexact too
+         * (AArch64): the caller's flags are those it then holds. */
+        feraiseexcept(FE_UNDERFLOW);
+        int raised = fetestexcept(FE_ALL_EXCEPT);
+        ck_assert(raised & FE_UNDERFLOW);
+        run_all(e2, &w, &res);
+        ck_assert_msg(fetestexcept(FE_ALL_EXCEPT) == raised,
+                      "[%s] the caller's flags %#x became %#x", isa, raised,
+                      fetestexcept(FE_ALL_EXCEPT));
+        feclearexcept(FE_ALL_EXCEPT);
+        results_free(&w, &res);
+        mha_engine_destroy(e2);
+        results_free(&w, &base);
+    }
+    for (int env = 0; env < ENV_COUNT; env++)
+        if (!ran[env])
+            printf("threads: the caller's %s cannot be set here: not run\n",
+                   env_names[env]);
+    workload_free(&w);
+}
+END_TEST
+
+/* ---- mha_config.flush_subnormals ---------------------------------------- */
+
+static mha_engine *make_flush_engine(mha_isa isa, int threads, int flush)
+{
+    mha_config c = {.num_threads = threads, .isa = isa,
+                    .flush_subnormals = flush};
+    mha_engine *e = NULL;
+    mha_status st = mha_engine_create(&c, &e);
+    ck_assert_msg(st == MHA_OK, "[%s] flush_subnormals %d: %s (%s)",
+                  mha_isa_name(isa), flush, mha_status_string(st),
+                  mha_last_error());
+    return e;
+}
+
+static void attend(const mha_engine *e, const mha_attention_args *a,
+                   const float *k, const float *v, float *out)
+{
+    mha_attention_args x = *a;
+    x.k.data = (void *)k;
+    x.v.data = (void *)v;
+    x.out.data = out;
+    ck_assert_int_eq(mha_attention(e, &x), MHA_OK);
+}
+
+/* An engine that flushes computes normal data to the bytes of one that
+ * does not; with every third element of k and v subnormal, to the bytes
+ * of those elements zeroed (sign kept), on 1 and 2 threads; and from
+ * values that are all subnormal, where IEEE gives subnormal outputs, to
+ * zeros. The layer (no biases) from subnormal inputs: zeros as well. */
+START_TEST(flush_subnormals_reads_them_as_zero)
+{
+#if !defined(__x86_64__) && !defined(__i386__) && !defined(__aarch64__)
+    mha_config c = {.flush_subnormals = 1};
+    mha_engine *none = NULL;
+    ck_assert_int_eq(mha_engine_create(&c, &none), MHA_ERR_UNSUPPORTED);
+    printf("threads: flush_subnormals is unsupported on this CPU: not run\n");
+    return;
+#endif
+    enum { B = 2, LQ = 33, LK = 77, H = 4, HKV = 2, D = 64 };
+    const size_t nq = (size_t)B * LQ * H * D, nk = (size_t)B * LK * HKV * D;
+    test_rng r;
+    rng_seed(&r, 77);
+    float *q = random_floats(&r, nq), *k = random_floats(&r, nk);
+    float *v = random_floats(&r, nk);
+    float *km = test_alloc(nk * 4), *vm = test_alloc(nk * 4);
+    float *kz = test_alloc(nk * 4), *vz = test_alloc(nk * 4);
+    float *vs = test_alloc(nk * 4);
+    for (size_t i = 0; i < nk; i++) {
+        int sub = i % 3 == 0;
+        km[i] = sub ? ldexpf(k[i], -130) : k[i];
+        vm[i] = sub ? ldexpf(v[i], -131) : v[i];
+        kz[i] = sub ? copysignf(0.0f, k[i]) : k[i];
+        vz[i] = sub ? copysignf(0.0f, v[i]) : v[i];
+        vs[i] = ldexpf(v[i], -130);
+    }
+    float *want = test_alloc(nq * 4), *got = test_alloc(nq * 4);
+    mha_mask causal = {.causal = MHA_CAUSAL_BOTTOM_RIGHT};
+    mha_attention_args a = {0};
+    a.q = mha_tensor_bshd(q, B, LQ, H, D);
+    a.k = mha_tensor_bshd(NULL, B, LK, HKV, D);
+    a.v = mha_tensor_bshd(NULL, B, LK, HKV, D);
+    a.out = mha_tensor_bshd(NULL, B, LQ, H, D);
+    a.mask = &causal;
+
+    /* The layer: self-attention of subnormal inputs, no biases, weights
+     * near 2^24, so that IEEE's projections of the inputs are normal
+     * numbers: flushed, the projections are zeros on every thread. */
+    enum { E = 64, LH = 4, LL = 37 };
+    float *w_in = random_floats(&r, 3 * E * E);
+    float *w_out = random_floats(&r, E * E);
+    float *x = random_floats(&r, (size_t)B * LL * E);
+    for (size_t i = 0; i < 3 * E * E; i++)
+        w_in[i] = ldexpf(w_in[i], 24);
+    for (size_t i = 0; i < E * E; i++)
+        w_out[i] = ldexpf(w_out[i], 24);
+    for (size_t i = 0; i < (size_t)B * LL * E; i++)
+        x[i] = ldexpf(x[i], -128);
+    mha_layer_desc desc = {.embed_dim = E, .num_heads = LH,
+                           .in_proj_weight = w_in, .out_proj_weight = w_out};
+    float *lo = test_alloc((size_t)B * LL * E * 4);
+
+    mha_isa isas[TEST_MAX_ISAS];
+    int n_isa = available_isas(isas);
+    for (int t = 0; t < n_isa; t++) {
+        const char *isa = mha_isa_name(isas[t]);
+        mha_engine *ieee = make_flush_engine(isas[t], 1, 0);
+        for (int threads = 1; threads <= 2; threads++) {
+            mha_engine *fl = make_flush_engine(isas[t], threads, 1);
+            attend(ieee, &a, k, v, want);
+            attend(fl, &a, k, v, got);
+            ck_assert_msg(memcmp(want, got, nq * 4) == 0,
+                          "[%s] %d threads: flushing changed normal data",
+                          isa, threads);
+            attend(fl, &a, kz, vz, want);
+            attend(fl, &a, km, vm, got);
+            ck_assert_msg(memcmp(want, got, nq * 4) == 0,
+                          "[%s] %d threads: subnormal k and v flushed are "
+                          "not zeros",
+                          isa, threads);
+            attend(ieee, &a, k, vs, want);
+            attend(fl, &a, k, vs, got);
+            size_t nonzero = 0;
+            for (size_t i = 0; i < nq; i++) {
+                REQUIRE(got[i] == 0.0f, "[%s] %d threads: out[%zu] = %g "
+                        "from subnormal values flushed", isa, threads, i,
+                        (double)got[i]);
+                nonzero += want[i] != 0.0f;
+            }
+            ck_assert_msg(nonzero > nq / 2,
+                          "[%s] IEEE made %zu of %zu outputs of subnormal "
+                          "values nonzero", isa, nonzero, nq);
+            mha_layer *ly;
+            ck_assert_int_eq(mha_layer_create(fl, &desc, &ly), MHA_OK);
+            ck_assert_int_eq(mha_layer_forward(ly, x, x, x, B, LL, LL, NULL,
+                                               lo, NULL),
+                             MHA_OK);
+            for (size_t i = 0; i < (size_t)B * LL * E; i++)
+                REQUIRE(lo[i] == 0.0f, "[%s] %d threads: layer out[%zu] = "
+                        "%g from subnormal inputs flushed", isa, threads, i,
+                        (double)lo[i]);
+            mha_layer_destroy(ly);
+            mha_engine_destroy(fl);
+        }
+        mha_layer *ly;
+        ck_assert_int_eq(mha_layer_create(ieee, &desc, &ly), MHA_OK);
+        ck_assert_int_eq(mha_layer_forward(ly, x, x, x, B, LL, LL, NULL, lo,
+                                           NULL),
+                         MHA_OK);
+        size_t nonzero = 0;
+        for (size_t i = 0; i < (size_t)B * LL * E; i++)
+            nonzero += lo[i] != 0.0f;
+        ck_assert_msg(nonzero > (size_t)B * LL * E / 2,
+                      "[%s] IEEE made %zu of the layer's %zu outputs of "
+                      "subnormal inputs nonzero", isa, nonzero,
+                      (size_t)B * LL * E);
+        mha_layer_destroy(ly);
+        mha_engine_destroy(ieee);
+    }
+    float *bufs[] = {q, k, v, km, vm, kz, vz, vs, want, got, w_in, w_out,
+                     x, lo};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+}
+END_TEST
+
 Suite *suite_threads(void)
 {
     Suite *s = suite_create("threads");
@@ -396,6 +700,8 @@ Suite *suite_threads(void)
     tcase_add_test(tc, bitwise_equal_across_thread_counts);
     tcase_add_test(tc, concurrent_callers_share_an_engine);
     tcase_add_test(tc, concurrent_callers_share_a_kept_workspace);
+    tcase_add_test(tc, caller_fp_environment_changes_nothing);
+    tcase_add_test(tc, flush_subnormals_reads_them_as_zero);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -100,13 +100,15 @@ static int parse_isa(PyObject *isa, mha_isa *out)
 
 static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"num_threads", "isa", NULL};
-    int threads = 0;
+    static char *kwlist[] = {"num_threads", "isa", "flush_subnormals", NULL};
+    int threads = 0, flush = 0;
     PyObject *isa = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|iO:Engine", kwlist, &threads, &isa))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|iOp:Engine", kwlist, &threads, &isa,
+                                     &flush))
         return -1;
     mha_config cfg = {0};
     cfg.num_threads = threads;
+    cfg.flush_subnormals = flush;
     if (parse_isa(isa, &cfg.isa) < 0)
         return -1;
     mha_engine *e = NULL;
@@ -156,10 +158,12 @@ static PyTypeObject EngineType = {
     .tp_name = "libmha.Engine",
     .tp_basicsize = sizeof(EngineObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Engine(num_threads=0, isa='auto')\n\nA kernel table and a thread "
-              "count (mha_engine). Immutable; any number of threads may call "
-              "through one at once. num_threads=0 uses OpenMP's default; isa is "
-              "a name of libmha.isas() or 'auto'.",
+    .tp_doc = "Engine(num_threads=0, isa='auto', flush_subnormals=False)\n\nA "
+              "kernel table and a thread count (mha_engine). Immutable; any "
+              "number of threads may call through one at once. num_threads=0 "
+              "uses OpenMP's default; isa is a name of libmha.isas() or 'auto'; "
+              "flush_subnormals=True reads subnormal inputs and results as 0 "
+              "(faster on x86 when many are subnormal).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Engine_init,
     .tp_dealloc = (destructor)Engine_dealloc,

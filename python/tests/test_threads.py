@@ -54,3 +54,18 @@ def test_errors_per_thread():
         msgs = list(pool.map(bad, [3, 5, 6, 7] * 4))
     for h, m in zip([3, 5, 6, 7] * 4, msgs):
         assert m == f"k.heads ({h}) does not divide q.heads (8)"
+
+
+def test_flush_subnormals():
+    """Engine(flush_subnormals=True) reads subnormal values as 0 on every
+    thread of a call; the default keeps them (IEEE)."""
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((2, 4, 33, 32)).astype(np.float32)
+    k = rng.standard_normal((2, 4, 70, 32)).astype(np.float32)
+    v = np.ldexp(rng.uniform(-1, 1, (2, 4, 70, 32)), -130).astype(np.float32)
+    assert np.all(np.abs(v) < np.finfo(np.float32).tiny)
+    ieee = libmha.scaled_dot_product_attention(q, k, v, engine=libmha.Engine(num_threads=2))
+    flushed = libmha.scaled_dot_product_attention(
+        q, k, v, engine=libmha.Engine(num_threads=2, flush_subnormals=True))
+    assert np.count_nonzero(ieee) > ieee.size // 2
+    assert np.count_nonzero(flushed) == 0
