@@ -178,20 +178,59 @@ int mha_cpu_is_intel(void)
     return k == 2;
 }
 
+/* A value computed once per process and kept in *slot (0 until then): a
+ * benign race, every thread computes the same answer. */
+static long long cached(atomic_llong *slot, long long (*compute)(void))
+{
+    long long v = atomic_load_explicit(slot, memory_order_relaxed);
+    if (v == 0) {
+        v = compute();
+        atomic_store_explicit(slot, v, memory_order_relaxed);
+    }
+    return v;
+}
+
 /* The L1 data cache's bytes as the C library reports them (from CPUID on
  * x86), 32 KiB when it does not (the smallest of the CPUs these tables
- * run on); cached: every thread computes the same answer. */
+ * run on). */
+static long long l1d_bytes(void)
+{
+    long v = -1;
+#ifdef _SC_LEVEL1_DCACHE_SIZE
+    v = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+#endif
+    return v >= 16384 && v <= (1L << 22) ? v : 32768;
+}
+
 int64_t mha_cpu_l1d_bytes(void)
 {
     static atomic_llong bytes;
-    long long b = atomic_load_explicit(&bytes, memory_order_relaxed);
-    if (b == 0) {
-        long v = -1;
-#ifdef _SC_LEVEL1_DCACHE_SIZE
-        v = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    return (int64_t)cached(&bytes, l1d_bytes);
+}
+
+/* The L1 data cache's ways and the bytes of one way (the stride at which
+ * addresses share a set), as the C library reports them, packed as ways
+ * << 32 | bytes; 8 and 4096 when it does not, or when they do not divide
+ * mha_cpu_l1d_bytes into a power of two of at least 1 KiB (x86's L1s are
+ * 64 sets of 64-byte lines: 8 ways in 32 KiB, 12 in 48 KiB). */
+static long long l1d_ways(void)
+{
+    long ways = -1;
+#ifdef _SC_LEVEL1_DCACHE_ASSOC
+    ways = sysconf(_SC_LEVEL1_DCACHE_ASSOC);
 #endif
-        b = v >= 16384 && v <= (1L << 22) ? v : 32768;
-        atomic_store_explicit(&bytes, b, memory_order_relaxed);
-    }
-    return (int64_t)b;
+    int64_t bytes = mha_cpu_l1d_bytes();
+    int64_t way = ways >= 2 && ways <= 64 && bytes % ways == 0 ? bytes / ways
+                                                              : 0;
+    if (way < 1024 || (way & (way - 1)) != 0)
+        ways = 8, way = 4096;
+    return (long long)ways << 32 | (long long)way;
+}
+
+int mha_cpu_l1d_ways(int64_t *way_bytes)
+{
+    static atomic_llong packed;
+    long long p = cached(&packed, l1d_ways);
+    *way_bytes = (int64_t)(p & 0xffffffffLL);
+    return (int)(p >> 32);
 }

@@ -33,6 +33,9 @@ int mha_cpu_detect_neon_fhm(void);
 int mha_cpu_is_intel(void);
 /* cpu.c: the L1 data cache's size in bytes (cached; 32 KiB if unknown). */
 int64_t mha_cpu_l1d_bytes(void);
+/* cpu.c: the L1 data cache's ways, and the bytes of one way (8 and 4096
+ * if unknown); cached. */
+int mha_cpu_l1d_ways(int64_t *way_bytes);
 
 /* fpenv.c: the floating-point environment of a call (docs/design.md,
  * "The floating-point environment"). mha_fpenv_enter sets round to

@@ -343,7 +343,8 @@ END_TEST
 /* The query layout never changes a bit of the output: q as [B, L, H, D]
  * (rows H x d apart, which the prefill stream copies together where they
  * crowd the L1 sets: 16 heads of 64 and 8 of 128 are 4 KiB apart, 8 of 64
- * 2 KiB, 12 of 64 3 KiB) against the same values as [B, H, L, D], on
+ * 2 KiB (copied on an 8-way L1, not on a 12-way), 12 of 64 3 KiB) against
+ * the same values as [B, H, L, D], on
  * every ISA, fp32 and bf16 compute, dense and causal (whose diagonal
  * blocks are cut into row sub-blocks of the copied rows). */
 static const int64_t SAME_BITS_SHAPES[][2] = {{16, 64}, {8, 128}, {8, 64},
