@@ -3,6 +3,7 @@
  * computes is a libmha call on this rank's engine; this file only checks
  * what must match across ranks, moves partial results and combines them
  * in rank order. */
+#include <fenv.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -369,7 +370,14 @@ mha_status mha_mpi_layer_forward(const mha_mpi_layer *layer,
             rc = MPI_Alltoallv(part, sc, sd, row, recv, rcnt, rd, row, comm);
         if (rc == MPI_SUCCESS) {
             /* Rank order, then the bias once: the same bits for every run
-             * and thread count. */
+             * and thread count, and in C's default environment (round to
+             * nearest, no traps), whatever the caller's, as libmha's own
+             * calls compute (docs/design.md, "The floating-point
+             * environment"); fesetenv gives the caller's back, flags
+             * included. */
+            fenv_t caller;
+            fegetenv(&caller);
+            fesetenv(FE_DFL_ENV);
             size_t m = (size_t)mine * (size_t)e;
             memcpy(acc, recv, m * sizeof *acc);
             for (int s = 1; s < p; s++)
@@ -378,6 +386,7 @@ mha_status mha_mpi_layer_forward(const mha_mpi_layer *layer,
             if (layer->out_bias)
                 for (size_t i = 0; i < m; i++)
                     acc[i] += layer->out_bias[i % (size_t)e];
+            fesetenv(&caller);
             rc = MPI_Allgatherv(acc, mine, row, full, sc, sd, row, comm);
         }
         if (row != MPI_DATATYPE_NULL)

@@ -11,6 +11,7 @@
  * collective. Check runs without fork (CK_FORK=no), so every rank runs
  * the tests in the same order.
  */
+#include <fenv.h>
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -228,14 +229,23 @@ START_TEST(layer_bitwise_over_runs_and_threads)
     float *first = test_alloc(n_out * sizeof *first);
     float *out = test_alloc(n_out * sizeof *out);
     int same = 1, ok = 1;
-    for (int run = 0; run < 4; run++) {
-        mha_engine *e = engine(run == 0 ? 1 : run);
+    /* Run 4 under the caller's rounding upward: the same bytes, and the
+     * caller's mode after. */
+    int kept_mode = 1;
+    for (int run = 0; run < 5; run++) {
+        mha_engine *e = engine(run == 0 || run == 4 ? 1 : run);
         mha_mpi_layer *tp = NULL;
         mha_status st = mha_mpi_layer_create(e, MPI_COMM_WORLD, &d.desc, &tp);
         mha_layer_args a = layer_args(&d, out, NULL, NULL);
         a.out_stride_batch = LE, a.out_stride_seq = LB * LE;
+        if (run == 4)
+            fesetround(FE_UPWARD);
         if (st == MHA_OK)
             st = mha_mpi_layer_forward(tp, &a);
+        if (run == 4) {
+            kept_mode = fegetround() == FE_UPWARD;
+            fesetround(FE_TONEAREST);
+        }
         ok &= st == MHA_OK;
         mha_mpi_layer_destroy(tp);
         mha_engine_destroy(e);
@@ -246,7 +256,10 @@ START_TEST(layer_bitwise_over_runs_and_threads)
     }
     int agree = same_on_all_ranks(first, n_out * sizeof *first);
     ck_assert_msg(ok, "rank %d: %s", rank, mha_mpi_last_error());
-    ck_assert_msg(same, "rank %d: runs or thread counts differ", rank);
+    ck_assert_msg(same, "rank %d: runs, thread counts or the caller's "
+                  "rounding mode differ", rank);
+    ck_assert_msg(kept_mode, "rank %d: the caller's rounding mode changed",
+                  rank);
     ck_assert_msg(agree, "ranks hold different outputs");
     free(first), free(out);
     layer_data_free(&d);
