@@ -65,6 +65,12 @@ MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y)
 #define MK_AVX2_EXP_ZERO (-65)
 #define MK_AVX2_EXP_SHIFT 62 /* 127 + MK_AVX2_EXP_ZERO */
 #define MK_AVX2_EXP_MAGIC (0x1.8p23f - (float)MK_AVX2_EXP_ZERO)
+/* mk_v_exp's clamp, ln 2^(MK_AVX2_EXP_ZERO + 1/4) (about -44.88): x L
+ * there rounds to n = MK_AVX2_EXP_ZERO, which builds +0, and it lies
+ * below the floor (MK_EXP_FLOOR_LN, about -44.708), whose results are 0
+ * anyway. */
+#define MK_AVX2_EXP_CLAMP                                                 \
+    ((float)((MK_AVX2_EXP_ZERO + 0.25) * 0.69314718055994531))
 _Static_assert(2 * MK_AVX2_EXP_ZERO + 1 == MK_EXP_FLOOR_HALVES,
                "rounded to nearest, t from 2^-64.5 down makes n = -65");
 /* The exps' 2^n, n integral in [MK_AVX2_EXP_ZERO, 0] (or NaN), from r = t
@@ -101,14 +107,15 @@ _Static_assert(MK_AVX2_EXP_SHIFT == 62, "MK_AVX2_EXP_C's factor");
  * 1-thread AVX2 prefill goes"). As 2^t, t = x log2(e) = n + f, n rounded
  * to nearest, |f| <= 1/2 from one FMA (x L - n) plus x L_lo (L_lo =
  * log2(e) - L); 2^f by kernels/exp2_poly.h's degree 6 (2^0 exactly 1,
- * about 1 ulp), times 2^n (times_pow2). x is clamped at -45 first, where
- * n = -65 builds +0: from 2^-64.5 (x about -44.7) down the result is 0,
- * the floor of kernels.h, and -inf gives 0, without a compare. MAXPS
+ * about 1 ulp), times 2^n (times_pow2). x is clamped at MK_AVX2_EXP_CLAMP
+ * first, where n = MK_AVX2_EXP_ZERO builds +0: from 2^-64.5 (x about
+ * -44.7) down the result is 0, the floor of kernels.h, and -inf gives 0,
+ * without a compare. MAXPS
  * returns its second operand when either is NaN, so a NaN x passes the
  * clamp: NaN stays NaN. */
 MK_INLINE MK_V mk_v_exp(MK_V x)
 {
-    MK_V xc = _mm256_max_ps(_mm256_set1_ps(-45.0f), x);
+    MK_V xc = _mm256_max_ps(_mm256_set1_ps(MK_AVX2_EXP_CLAMP), x);
     MK_V n,
         r = round_magic(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504f)), &n);
     MK_V f = _mm256_fmsub_ps(xc, _mm256_set1_ps(1.44269504f), n);
@@ -121,9 +128,9 @@ MK_INLINE MK_V mk_v_exp(MK_V x)
  * steps without the multiply by log2(e) and its correction, f = t - n
  * exact, MK_EXP2_DEG5's coefficients times k (hoisted out of the caller's
  * loop: k is the same across it). t is clamped at MK_AVX2_EXP_ZERO, as
- * mk_v_exp's x at -45: -inf gives 0, NaN stays NaN. 12 instructions a
- * vector: with the argument's FMA and the sum, 14 a score vector against
- * sm_exp's 18.
+ * mk_v_exp's x at MK_AVX2_EXP_CLAMP: -inf gives 0, NaN stays NaN. 12
+ * instructions a vector: with the argument's FMA and the sum, 14 a score
+ * vector against sm_exp's 18.
  *
  * For n vectors t[0..n) in place (n a constant), one step at a time
  * across them: lane for lane the same operations in the same order for

@@ -17,7 +17,9 @@ static inline float exp_nonpositive(float x)
     const float ln2_hi = 0.693359375f;
     const float ln2_lo = -2.12194440e-4f;
     const float shifter = 12582912.0f; /* 1.5 * 2^23: rounds to integer */
-    float xc = x < -87.0f ? -87.0f : x;
+    /* Below the floor the result is discarded (the return): clamped
+     * there, n stays far above -126, where the bits below would wrap. */
+    float xc = x < MK_EXP_FLOOR_LN ? MK_EXP_FLOOR_LN : x;
     float t = xc * log2e + shifter;
     float n = t - shifter;
     float r = (xc - n * ln2_hi) - n * ln2_lo;
