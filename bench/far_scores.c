@@ -14,6 +14,10 @@
  *   -95      a bias of 0 on the diagonal and -95 off it (P about e^-95,
  *            a subnormal float, unless the exp flushes it)
  *   -200     the same at -200 (an exp that underflows to 0)
+ *   sub      no mask, every value subnormal (v times 2^-130): P·V's FMAs
+ *            on subnormal inputs
+ *   sub/ftz  the same on an engine with flush_subnormals, which reads
+ *            them as 0
  * docs/benchmarks.md has the figures.
  */
 #include <math.h>
@@ -25,7 +29,7 @@
 
 #include "mha.h"
 
-enum { CASES = 4, MAX_ROUNDS = 1000 };
+enum { CASES = 6, SUB = 4, MAX_ROUNDS = 1000 };
 
 static double now(void)
 {
@@ -69,18 +73,21 @@ int main(int argc, char **argv)
         return 2;
     }
     mha_config cfg = {.num_threads = 1, .isa = isa};
-    mha_engine *e;
-    if (mha_engine_create(&cfg, &e) != MHA_OK) {
+    mha_config flush = {.num_threads = 1, .isa = isa, .flush_subnormals = 1};
+    mha_engine *e, *ef;
+    if (mha_engine_create(&cfg, &e) != MHA_OK ||
+        mha_engine_create(&flush, &ef) != MHA_OK) {
         fprintf(stderr, "far_scores: %s\n", mha_last_error());
         return 1;
     }
     const size_t nel = (size_t)(B * L * H * D);
     float *q = malloc(nel * sizeof *q), *k = malloc(nel * sizeof *k);
     float *v = malloc(nel * sizeof *v), *o = malloc(nel * sizeof *o);
+    float *vsub = malloc(nel * sizeof *vsub);
     float *bias[CASES] = {NULL};
-    for (int c = 1; c < CASES; c++)
+    for (int c = 1; c < SUB; c++)
         bias[c] = malloc((size_t)(L * L) * sizeof(float));
-    if (!q || !k || !v || !o || !bias[1] || !bias[2] || !bias[3]) {
+    if (!q || !k || !v || !o || !vsub || !bias[1] || !bias[2] || !bias[3]) {
         fprintf(stderr, "far_scores: out of memory\n");
         return 1;
     }
@@ -91,13 +98,17 @@ int main(int argc, char **argv)
             s = s * 1664525u + 1013904223u;
             fill[x][j] = (float)(s >> 8) * 0x1p-24f - 0.5f;
         }
+    for (size_t j = 0; j < nel; j++)
+        vsub[j] = ldexpf(v[j], -130);
     for (int64_t r = 0; r < L; r++)
         for (int64_t c = 0; c < L; c++) {
             bias[1][r * L + c] = c > r ? -INFINITY : 0.0f;
             bias[2][r * L + c] = c == r ? 0.0f : -95.0f;
             bias[3][r * L + c] = c == r ? 0.0f : -200.0f;
         }
-    static const char *const name[CASES] = {"plain", "-inf", "-95", "-200"};
+    static const char *const name[CASES] = {"plain", "-inf", "-95",
+                                            "-200",  "sub",  "sub/ftz"};
+    const mha_engine *on[CASES] = {e, e, e, e, e, ef};
     static double t[CASES][MAX_ROUNDS];
     mha_mask mask[CASES];
     mha_attention_args a[CASES];
@@ -108,10 +119,10 @@ int main(int argc, char **argv)
         memset(&a[c], 0, sizeof a[c]);
         a[c].q = mha_tensor_bshd(q, B, L, H, D);
         a[c].k = mha_tensor_bshd(k, B, L, H, D);
-        a[c].v = mha_tensor_bshd(v, B, L, H, D);
+        a[c].v = mha_tensor_bshd(c >= SUB ? vsub : v, B, L, H, D);
         a[c].out = mha_tensor_bshd(o, B, L, H, D);
-        a[c].mask = c ? &mask[c] : NULL;
-        if (mha_attention(e, &a[c]) != MHA_OK) { /* warm, and checked */
+        a[c].mask = c && c < SUB ? &mask[c] : NULL;
+        if (mha_attention(on[c], &a[c]) != MHA_OK) { /* warm, checked */
             fprintf(stderr, "far_scores: %s\n", mha_last_error());
             return 1;
         }
@@ -120,7 +131,7 @@ int main(int argc, char **argv)
         for (int j = 0; j < CASES; j++) {
             int c = (r + j) % CASES;
             double t0 = now();
-            mha_attention(e, &a[c]);
+            mha_attention(on[c], &a[c]);
             t[c][r] = now() - t0;
         }
     printf("far_scores (%lld,%lld,%lld,%lld) %s, 1 thread, %d rounds "
@@ -133,11 +144,12 @@ int main(int argc, char **argv)
         double med = t[c][rounds / 2] * 1e3;
         if (c == 0)
             plain = med;
-        printf("  %-6s %10.2f  %7.2f\n", name[c], med, med / plain);
+        printf("  %-7s %10.2f  %7.2f\n", name[c], med, med / plain);
     }
     for (int c = 0; c < CASES; c++)
         free(bias[c]);
-    free(q), free(k), free(v), free(o);
+    free(q), free(k), free(v), free(o), free(vsub);
     mha_engine_destroy(e);
+    mha_engine_destroy(ef);
     return 0;
 }
