@@ -34,11 +34,15 @@ static mha_scratch thread_scratch(const mha_plan *pl, float *base, int tid)
  * sink: a key of logit sink and value 0, so it joins the sum and the
  * weights exclude its share; docs/design.md, "Score terms"). With
  * weights, a first pass finds each row's final max and sum and a second
- * turns the same scores into the probabilities it writes and applies. */
-static void stream_keys(const mk_table *t, const mha_problem *p,
-                        const mha_plan *pl, const mha_row_block *rb,
-                        const mha_scratch *sc, int64_t k_begin, int64_t k_end,
-                        int with_sink, float *o, float *m, float *l)
+ * turns the same scores into the probabilities it writes and applies.
+ * With finish (the unit's whole key range) a prefill block's last key step
+ * may write the normalised output rows itself (mha_prefill_finish):
+ * returns 1 when it did. */
+static int stream_keys(const mk_table *t, const mha_problem *p,
+                       const mha_plan *pl, const mha_row_block *rb,
+                       const mha_scratch *sc, int64_t k_begin, int64_t k_end,
+                       int with_sink, int finish, float *o, float *m,
+                       float *l)
 {
     int64_t bk = rb->key_block, lk = rb->w_ld;
     with_sink = with_sink && rb->sink;
@@ -61,15 +65,20 @@ static void stream_keys(const mk_table *t, const mha_problem *p,
                 t, p, pl, rb, sc, m, k0, nk, l);
         }
     }
+    int done = 0;
     for (int64_t k0 = k_begin; k0 < k_end; k0 += bk) {
         int64_t nk = k_end - k0 < bk ? k_end - k0 : bk;
-        (rb->decode ? mha_decode_step : mha_prefill_step)(t, p, pl, rb, sc,
-                                                          k0, nk, o, m, l);
+        if (finish && !rb->decode && k0 + nk == k_end)
+            done = mha_prefill_finish(t, p, pl, rb, sc, k0, nk, o, m, l);
+        else
+            (rb->decode ? mha_decode_step : mha_prefill_step)(
+                t, p, pl, rb, sc, k0, nk, o, m, l);
     }
     if (rb->w && k_end < lk)
         for (int64_t r = 0; r < rb->rows; r++)
             memset(rb->w + r * lk + k_end, 0,
                    (size_t)(lk - k_end) * sizeof(float));
+    return done;
 }
 
 /* Whether query rows `stride` bytes apart crowd the L1 sets the qk tile
@@ -224,9 +233,9 @@ void mha_attention_run(const mk_table *t, const mha_problem *p,
              * of the first block before key_begin. */
             int64_t first = rb.key_begin / t->block_k * t->block_k;
             if (s->chunks == 1) {
-                stream_keys(t, p, pl, &rb, &sc, first, rb.key_end, 1, sc.o,
-                            sc.m, sc.l);
-                mha_finish_rows(t, p, &rb, sc.o, sc.m, sc.l);
+                int done = stream_keys(t, p, pl, &rb, &sc, first,
+                                       rb.key_end, 1, 1, sc.o, sc.m, sc.l);
+                mha_finish_rows(t, p, &rb, done ? NULL : sc.o, sc.m, sc.l);
                 continue;
             }
             /* Chunk c covers keys [k0, k1) of the unit's visible range. */
@@ -239,7 +248,7 @@ void mha_attention_run(const mk_table *t, const mha_problem *p,
                           c * s->partial_floats;
             float *o = part, *m = o + s->rows * p->dv, *l = m + s->rows;
             /* The sink joins chunk 0 only: the merge counts it once. */
-            stream_keys(t, p, pl, &rb, &sc, k0, k1, c == 0, o, m, l);
+            stream_keys(t, p, pl, &rb, &sc, k0, k1, c == 0, 0, o, m, l);
         }
         if (pl->part_floats > 0) {
 #pragma omp for schedule(dynamic, 1)

@@ -266,6 +266,14 @@ typedef void mha_step_fn(const mk_table *t, const mha_problem *p,
                          float *o, float *m, float *l);
 mha_scores_fn mha_prefill_scores, mha_decode_scores;
 mha_step_fn mha_prefill_step, mha_decode_step;
+/* prefill.c: a prefill row block's last key step. Where it can (fp32
+ * compute, plain rows, no weights) P·V writes the normalised output rows
+ * itself (the table's pv_finish) and it returns 1: mha_finish_rows then
+ * writes only the lse. Else mha_prefill_step, and 0. */
+int mha_prefill_finish(const mk_table *t, const mha_problem *p,
+                       const mha_plan *pl, const mha_row_block *rb,
+                       const mha_scratch *sc, int64_t k0, int64_t nk, float *o,
+                       float *m, float *l);
 
 /* merge.c: combines the chunks' partials of one row block in chunk order
  * and writes the normalised rows (and their lse). */
@@ -273,7 +281,8 @@ void mha_merge_chunks(const mk_table *t, const mha_problem *p,
                       const mha_seq *s, const mha_row_block *rb,
                       float *parts);
 /* merge.c: writes a row block's normalised rows from its accumulator o
- * (row stride dv), and with an lse output each row's m + log(l). */
+ * (row stride dv; NULL: they are written, mha_prefill_finish), and with
+ * an lse output each row's m + log(l). */
 void mha_finish_rows(const mk_table *t, const mha_problem *p,
                      const mha_row_block *rb, const float *o, const float *m,
                      const float *l);

@@ -57,7 +57,9 @@ void mha_finish_rows(const mk_table *t, const mha_problem *p,
 {
     size_t es = mha_dtype_size(p->compute);
     mk_narrow_fn *narrow = mha_narrow_kernel(t, p->compute);
-    if (narrow) {
+    if (!o) {
+        /* the rows are written */
+    } else if (narrow) {
         for (int64_t r = 0; r < rb->rows; r++) {
             ptrdiff_t at = rb->ilv > 1 ? mha_ilv_at(rb, r, rb->o_qs,
                                                     rb->ldo_dst)

@@ -210,11 +210,13 @@ void mha_prefill_scores(const mk_table *t, const mha_problem *p,
          sc->alpha);
 }
 
-/* One key block through (part of) the row block. */
+/* One key block through (part of) the row block; with finish (fp32
+ * compute, the block's last keys) P·V writes the normalised output rows
+ * (pv_finish) instead of o. */
 static void key_step(const mk_table *t, const mha_problem *p,
                      const mha_plan *pl, const mha_row_block *rb,
                      const mha_scratch *sc, int64_t k0, int64_t nk, float *o,
-                     float *m, float *l)
+                     float *m, float *l, int finish)
 {
     int64_t ld = rb->s_ld, dv = p->dv;
     mha_prefill_scores(t, p, pl, rb, sc, m, k0, nk, rb->w ? sc->l2 : l);
@@ -236,7 +238,11 @@ static void key_step(const mk_table *t, const mha_problem *p,
         ldv = dv;
     } else
         v = f32_rows(t, p, rb, 1, k0, nk, sc->vw, &ldv);
-    t->pv(sc->s, ld, rb->rows, nk, v, ldv, dv, sc->alpha, o, dv);
+    if (finish)
+        t->pv_finish(sc->s, ld, rb->rows, nk, v, ldv, dv, sc->alpha, o, dv, l,
+                     rb->out, rb->ldo);
+    else
+        t->pv(sc->s, ld, rb->rows, nk, v, ldv, dv, sc->alpha, o, dv);
 }
 
 /* Packs keys [k0, k0 + nk) of the row block's head into the head cache
@@ -318,7 +324,7 @@ void mha_prefill_step(const mk_table *t, const mha_problem *p,
                       float *m, float *l)
 {
     if (!splits_rows(rb, sc, k0, nk)) {
-        key_step(t, p, pl, rb, sc, k0, nk, o, m, l);
+        key_step(t, p, pl, rb, sc, k0, nk, o, m, l, 0);
         return;
     }
     /* The whole block is packed and its values copied once into the head
@@ -336,6 +342,23 @@ void mha_prefill_step(const mk_table *t, const mha_problem *p,
             hi = sub.rows + sub.diag_hi;
         if (hi > lo)
             key_step(t, p, pl, &sub, sc, lo, hi - lo, o + r * dv, m + r,
-                     l + r);
+                     l + r, 0);
     }
+}
+
+int mha_prefill_finish(const mk_table *t, const mha_problem *p,
+                       const mha_plan *pl, const mha_row_block *rb,
+                       const mha_scratch *sc, int64_t k0, int64_t nk, float *o,
+                       float *m, float *l)
+{
+    /* The output rows are the caller's fp32 rows (stage_rows leaves them
+     * so), and no weights pass reads l2 for them. A block cut into row
+     * sub-blocks may leave rows no key: those finish as before. */
+    if (pl->half || p->compute != MHA_F32 || rb->ilv > 1 || rb->w ||
+        splits_rows(rb, sc, k0, nk)) {
+        mha_prefill_step(t, p, pl, rb, sc, k0, nk, o, m, l);
+        return 0;
+    }
+    key_step(t, p, pl, rb, sc, k0, nk, o, m, l, 1);
+    return 1;
 }

@@ -273,6 +273,18 @@ typedef void mk_pv_fn(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
 typedef void mk_normalize_fn(const float *o, ptrdiff_t ldo, int64_t m,
                              int64_t dv, const float *row_sum, float *out,
                              ptrdiff_t ldout);
+/* A row block's last key block: pv, then normalize of its sums into out,
+ * the same bits as the table's pv and normalize called in turn (out the
+ * product of each sum and 1 / row_sum[i], or 0), o left undefined. The
+ * tables whose P·V runs on the tile driver's register tile
+ * (kernels/tile_driver.h) normalise each tile's sums before they leave
+ * its registers, so the output rows are written once, among the FMAs,
+ * instead of in a pass of their own after them (docs/design.md). */
+typedef void mk_pv_finish_fn(const float *p, ptrdiff_t ldp, int64_t m,
+                             int64_t n, const float *v, ptrdiff_t ldv,
+                             int64_t dv, const float *alpha, float *o,
+                             ptrdiff_t ldo, const float *row_sum, float *out,
+                             ptrdiff_t ldout);
 /* Decode (few query rows). decode_qk: s[i][j] = sk_j *
  * sum_p q[i][p] * K[j][p], unscaled by the softmax scale, with key j's row
  * at k + j * ldk elements of type kt, or at k_rows[j] when the row
@@ -548,6 +560,7 @@ typedef struct mk_table {
     mk_softmax_update_fn *softmax_update;
     mk_pv_fn *pv;
     mk_normalize_fn *normalize;
+    mk_pv_finish_fn *pv_finish; /* set with pv and normalize */
     mk_decode_qk_fn *decode_qk;
     mk_decode_pv_fn *decode_pv;
     mk_widen_fn *widen[MK_DTYPE_COUNT]; /* widen[MK_F32] copies */

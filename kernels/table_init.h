@@ -17,6 +17,7 @@
     mk_softmax_update_fn mk_##isa##_softmax_update;            \
     mk_pv_fn mk_##isa##_pv_##tile;                             \
     mk_normalize_fn mk_##isa##_normalize;                      \
+    mk_pv_finish_fn mk_##isa##_pv_finish_##tile;               \
     mk_linear_fn mk_##isa##_linear_##tile
 #define MK_SET_PREFILL(t, isa, tile)                           \
     ((t)->packed_floats = mk_##isa##_packed_floats,            \
@@ -24,7 +25,21 @@
      (t)->softmax_update = mk_##isa##_softmax_update,          \
      (t)->pv = mk_##isa##_pv_##tile,                           \
      (t)->normalize = mk_##isa##_normalize,                    \
+     (t)->pv_finish = mk_##isa##_pv_finish_##tile,             \
      (t)->linear = mk_##isa##_linear_##tile)
+
+/* Defines mk_<isa>_pv_finish_<tile> as the ISA's pv and normalize called
+ * in turn: a table whose P·V does not run on the tile driver. */
+#define MK_DEFINE_PV_FINISH_COMPOSED(isa, tile)                          \
+    void mk_##isa##_pv_finish_##tile(                                    \
+        const float *p, ptrdiff_t ldp, int64_t m, int64_t n,             \
+        const float *v, ptrdiff_t ldv, int64_t dv, const float *alpha,   \
+        float *o, ptrdiff_t ldo, const float *row_sum, float *out,       \
+        ptrdiff_t ldout)                                                 \
+    {                                                                    \
+        mk_##isa##_pv_##tile(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);   \
+        mk_##isa##_normalize(o, ldo, m, dv, row_sum, out, ldout);        \
+    }
 
 #define MK_DECLARE_DECODE(isa)                                 \
     mk_decode_qk_fn mk_##isa##_decode_qk;                      \

@@ -6,13 +6,17 @@
  * (docs/design.md, "The house").
  *
  * An ISA's tile header defines, before a file includes this one:
- *   MK_TILE(mr, flags, k, a, lda, b, ldb, c_scale, bias, c, ldc, nr)
+ *   MK_TILE(mr, flags, k, a, lda, b, ldb, c_scale, bias, c, ldc, nr, fin)
  *                 the always_inline tile (flags of tile_flags.h):
- *                 c[r][j] = init + sum_{p<k} a[r*lda + p] * b[p*ldb + j]
+ *                 c[r][j] = init + sum_{p<k} a[r*lda + p] * b[p*ldb + j],
+ *                 or with MK_TILE_FINISH that sum normalised into fin's
+ *                 rows (c then only read)
  *   MK_TILE_MR    rows of a full strip
  *   MK_TILE_NR    columns of a tile, and of a packed panel
  *   MK_TILE_REST  the strip heights of a remainder: MK_TD_REST_EACH or
  *                 MK_TD_REST_HALVING (below)
+ *   MK_TILE_STREAM_FENCE()  orders a MK_TILE_FINISH tile's streamed stores
+ *                 before what follows
  *
  * Every tile call passes mr and flags as constants (the drivers are
  * always_inline down to the tile and each strip height is its own
@@ -32,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels.h"
 #include "tile_flags.h"
 
 #define MK_TD_INLINE static inline __attribute__((always_inline))
@@ -83,10 +88,10 @@ MK_TD_INLINE void mk_td_qk_strip(const int mr, const float *q, ptrdiff_t ldq,
     int64_t j0 = 0;
     for (; j0 + MK_TILE_NR <= n; j0 += MK_TILE_NR)
         MK_TILE(mr, 0, d, q, ldq, kp + j0 * d, MK_TILE_NR, NULL, NULL,
-                s + j0, lds, MK_TILE_NR);
+                s + j0, lds, MK_TILE_NR, MK_TILE_NO_FINISH);
     if (j0 < n) /* the panel is zero-padded: only the store narrows */
         MK_TILE(mr, MK_TILE_C_NARROW, d, q, ldq, kp + j0 * d, MK_TILE_NR,
-                NULL, NULL, s + j0, lds, n - j0);
+                NULL, NULL, s + j0, lds, n - j0, MK_TILE_NO_FINISH);
 }
 
 /* The qk slot (kernels.h): strips of query rows, read in place, sweep the
@@ -125,40 +130,46 @@ static inline void mk_td_qk(const float *q, ptrdiff_t ldq, int64_t m,
 enum { MK_TD_BY_ROWS = 0, MK_TD_BY_COLUMNS = 1 };
 
 /* One strip of mr rows against every column block of v, keys 0..jn-1
- * (the by-rows order). */
+ * (the by-rows order); fin: the strip's (with MK_TILE_FINISH in flags). */
 MK_TD_INLINE void mk_td_pv_strip(const int mr, const unsigned flags,
                                  const unsigned narrow, const float *p,
                                  ptrdiff_t ldp, int64_t jn, const float *v,
                                  ptrdiff_t ldv, int64_t dv,
-                                 const float *alpha, float *o, ptrdiff_t ldo)
+                                 const float *alpha, float *o, ptrdiff_t ldo,
+                                 mk_tile_finish fin)
 {
     int64_t c0 = 0;
     for (; c0 + MK_TILE_NR <= dv; c0 += MK_TILE_NR)
         MK_TILE(mr, flags | MK_TILE_PREFETCH_C_NEXT, jn, p, ldp, v + c0, ldv,
-                alpha, NULL, o + c0, ldo, MK_TILE_NR);
+                alpha, NULL, o + c0, ldo, MK_TILE_NR,
+                mk_tile_finish_at(fin, 0, c0));
     if (c0 < dv)
         MK_TILE(mr, flags | narrow, jn, p, ldp, v + c0, ldv, alpha, NULL,
-                o + c0, ldo, dv - c0);
+                o + c0, ldo, dv - c0, mk_tile_finish_at(fin, 0, c0));
 }
 
 /*
  * o[i][c] (+)= sum_{j<jn} p[i][j] * v[j][c] for i < m, c < dv, in the
  * given order. flags (constant): MK_TILE_INIT_SCALED (start from
  * alpha * o) or MK_TILE_INIT_LOAD (continue the sums in o), plus
- * MK_TILE_PREFETCH_B when v is read in place. narrow (constant): the flags
- * of a last column block narrower than MK_TILE_NR: C_NARROW, plus B_NARROW
- * when v's rows end there too (not when v is a zero-padded panel).
+ * MK_TILE_PREFETCH_B when v is read in place, plus MK_TILE_FINISH to
+ * write the normalised sums to fin's rows instead (the block's). narrow
+ * (constant): the flags of a last column block narrower than MK_TILE_NR:
+ * C_NARROW, plus B_NARROW when v's rows end there too (not when v is a
+ * zero-padded panel).
  */
 MK_TD_INLINE void mk_td_pv_sweep(const int order, const unsigned flags,
                                  const unsigned narrow, const float *p,
                                  ptrdiff_t ldp, int64_t m, int64_t jn,
                                  const float *v, ptrdiff_t ldv, int64_t dv,
-                                 const float *alpha, float *o, ptrdiff_t ldo)
+                                 const float *alpha, float *o, ptrdiff_t ldo,
+                                 mk_tile_finish fin)
 {
     if (order == MK_TD_BY_ROWS) {
 #define MK_TD_PV_STRIP(mr, i0)                                            \
     mk_td_pv_strip(mr, flags, narrow, p + (i0) * ldp, ldp, jn, v, ldv, dv, \
-                   alpha + (i0), o + (i0) * ldo, ldo)
+                   alpha + (i0), o + (i0) * ldo, ldo,                     \
+                   mk_tile_finish_at(fin, i0, 0))
         MK_TD_STRIPS(m, MK_TD_PV_STRIP);
 #undef MK_TD_PV_STRIP
         return;
@@ -167,7 +178,8 @@ MK_TD_INLINE void mk_td_pv_sweep(const int order, const unsigned flags,
         const int64_t nr = dv - c0;
 #define MK_TD_PV_BLOCK(mr, i0, FLAGS, NR)                                 \
     MK_TILE(mr, FLAGS, jn, p + (i0) * ldp, ldp, v + c0, ldv, alpha + (i0), \
-            NULL, o + (i0) * ldo + c0, ldo, NR)
+            NULL, o + (i0) * ldo + c0, ldo, NR,                           \
+            mk_tile_finish_at(fin, i0, c0))
 #define MK_TD_PV_FULL(mr, i0) MK_TD_PV_BLOCK(mr, i0, flags, MK_TILE_NR)
 #define MK_TD_PV_NARROW(mr, i0) MK_TD_PV_BLOCK(mr, i0, flags | narrow, nr)
         if (nr >= MK_TILE_NR)
@@ -180,34 +192,68 @@ MK_TD_INLINE void mk_td_pv_sweep(const int order, const unsigned flags,
     }
 }
 
-/* V read in place: every element alpha * o, then one FMA per key. */
-MK_TD_INLINE void mk_td_pv_in_place(const int order, const float *p,
-                                    ptrdiff_t ldp, int64_t m, int64_t n,
-                                    const float *v, ptrdiff_t ldv, int64_t dv,
-                                    const float *alpha, float *o,
-                                    ptrdiff_t ldo)
+/* The flag of a sweep that finishes the block (finish a constant). */
+#define MK_TD_FINISH_FLAG(finish) ((finish) ? MK_TILE_FINISH : 0u)
+
+/* V read in place: every element alpha * o, then one FMA per key; with
+ * finish (a constant), normalised into fin's rows. */
+MK_TD_INLINE void mk_td_pv_in_place(const int order, const int finish,
+                                    const float *p, ptrdiff_t ldp, int64_t m,
+                                    int64_t n, const float *v, ptrdiff_t ldv,
+                                    int64_t dv, const float *alpha, float *o,
+                                    ptrdiff_t ldo, mk_tile_finish fin)
 {
-    mk_td_pv_sweep(order, MK_TILE_INIT_SCALED | MK_TILE_PREFETCH_B,
+    mk_td_pv_sweep(order,
+                   MK_TILE_INIT_SCALED | MK_TILE_PREFETCH_B |
+                       MK_TD_FINISH_FLAG(finish),
                    MK_TILE_B_NARROW | MK_TILE_C_NARROW, p, ldp, m, n, v, ldv,
-                   dv, alpha, o, ldo);
+                   dv, alpha, o, ldo, fin);
 }
 
 /* One chunk of keys copied to the stack (p already offset to its first
  * key): the first chunk starts from alpha * o, a later one continues the
- * sums carried in o, so each element still sums its keys in key order. */
+ * sums carried in o, so each element still sums its keys in key order.
+ * With finish (a constant: the call's last chunk) the sums go normalised
+ * to fin's rows. */
 MK_TD_INLINE void mk_td_pv_chunk(const int order, const unsigned narrow,
-                                 int first, const float *p, ptrdiff_t ldp,
-                                 int64_t m, int64_t jn, const float *v,
-                                 ptrdiff_t ldv, int64_t dv,
-                                 const float *alpha, float *o, ptrdiff_t ldo)
+                                 const int finish, int first, const float *p,
+                                 ptrdiff_t ldp, int64_t m, int64_t jn,
+                                 const float *v, ptrdiff_t ldv, int64_t dv,
+                                 const float *alpha, float *o, ptrdiff_t ldo,
+                                 mk_tile_finish fin)
 {
     if (first)
-        mk_td_pv_sweep(order, MK_TILE_INIT_SCALED, narrow, p, ldp, m, jn, v,
-                       ldv, dv, alpha, o, ldo);
+        mk_td_pv_sweep(order, MK_TILE_INIT_SCALED | MK_TD_FINISH_FLAG(finish),
+                       narrow, p, ldp, m, jn, v, ldv, dv, alpha, o, ldo, fin);
     else
-        mk_td_pv_sweep(order, MK_TILE_INIT_LOAD, narrow, p, ldp, m, jn, v,
-                       ldv, dv, alpha, o, ldo);
+        mk_td_pv_sweep(order, MK_TILE_INIT_LOAD | MK_TD_FINISH_FLAG(finish),
+                       narrow, p, ldp, m, jn, v, ldv, dv, alpha, o, ldo, fin);
 }
+
+/* Defines mk_<isa>_pv_<tile> and mk_<isa>_pv_finish_<tile> (kernels.h)
+ * over the ISA's always_inline body(finish, p, ldp, m, n, v, ldv, dv,
+ * alpha, o, ldo, fin), finish a constant: pv_finish's tiles stream where
+ * normalize would (a prefill block's rows), then MK_TILE_STREAM_FENCE. */
+#define MK_TD_DEFINE_PV(isa, tile, body)                                   \
+    void mk_##isa##_pv_##tile(const float *p, ptrdiff_t ldp, int64_t m,     \
+                              int64_t n, const float *v, ptrdiff_t ldv,     \
+                              int64_t dv, const float *alpha, float *o,     \
+                              ptrdiff_t ldo)                                \
+    {                                                                       \
+        body(0, p, ldp, m, n, v, ldv, dv, alpha, o, ldo, MK_TILE_NO_FINISH); \
+    }                                                                       \
+    void mk_##isa##_pv_finish_##tile(                                       \
+        const float *p, ptrdiff_t ldp, int64_t m, int64_t n,                \
+        const float *v, ptrdiff_t ldv, int64_t dv, const float *alpha,      \
+        float *o, ptrdiff_t ldo, const float *row_sum, float *out,          \
+        ptrdiff_t ldout)                                                    \
+    {                                                                       \
+        const mk_tile_finish fin = {row_sum, out, ldout,                    \
+                                    m > MK_DECODE_ROWS};                    \
+        body(1, p, ldp, m, n, v, ldv, dv, alpha, o, ldo, fin);              \
+        if (fin.stream)                                                     \
+            MK_TILE_STREAM_FENCE();                                         \
+    }
 
 /* The preconditions of the pv slot (kernels.h). */
 static inline void mk_td_pv_check(const float *p, ptrdiff_t ldp, int64_t m,
@@ -257,7 +303,8 @@ MK_TD_INLINE void mk_td_linear_strip(const int mr, const float *a,
         const float *bj = bias ? bias + j : NULL;
         const int64_t nr = j1 - j < MK_TILE_NR ? j1 - j : MK_TILE_NR;
 #define MK_TD_LINEAR_TILE(FLAGS)                                          \
-    MK_TILE(mr, FLAGS, k, a, lda, panel, MK_TILE_NR, NULL, bj, c + j, ldc, nr)
+    MK_TILE(mr, FLAGS, k, a, lda, panel, MK_TILE_NR, NULL, bj, c + j, ldc, nr, \
+            MK_TILE_NO_FINISH)
         MK_TD_LINEAR_FLAGS(bj, nr, MK_TD_LINEAR_TILE);
 #undef MK_TD_LINEAR_TILE
     }
@@ -293,7 +340,7 @@ MK_TD_INLINE void mk_td_linear_panel(const unsigned flags, const float *a,
             mk_td_fetch_share((const char *)next, bytes, share,          \
                               (i0) / MK_TILE_MR);                         \
         MK_TILE(mr, flags, k, a + (i0) * lda, lda, panel, MK_TILE_NR,     \
-                NULL, bias, c + (i0) * ldc, ldc, nr);                     \
+                NULL, bias, c + (i0) * ldc, ldc, nr, MK_TILE_NO_FINISH);  \
     } while (0)
     MK_TD_STRIPS(m, MK_TD_LINEAR_PANEL_STRIP);
 #undef MK_TD_LINEAR_PANEL_STRIP

@@ -25,6 +25,37 @@ enum {
     /* Prefetch the C rows of the next tile to the right (the next column
      * block of a P·V strip), so its INIT load finds them in L1. */
     MK_TILE_PREFETCH_C_NEXT = 64,
+    /* The sums go to the finish rows (mk_tile_finish) normalised, not to
+     * c: a row block's last P·V writes its output rows as normalize
+     * would, in the same tile that computed them. */
+    MK_TILE_FINISH = 128,
 };
+
+#include <stddef.h>
+
+/* Where a MK_TILE_FINISH tile writes: row r's sums times 1 / row_sum[r]
+ * (or zeros where row_sum[r] == 0, whatever the sums) to out + r * ldout,
+ * the product normalize forms, so the same bits (kernels.h, pv_finish).
+ * stream: non-temporal stores for the full-width rows that start on a
+ * 64-byte line (normalize's choice for a prefill block). */
+typedef struct {
+    const float *row_sum;
+    float *out;
+    ptrdiff_t ldout;
+    int stream;
+} mk_tile_finish;
+
+/* The finish of a tile at row i0 and column c0 of a block's. */
+static inline __attribute__((always_inline)) mk_tile_finish
+mk_tile_finish_at(mk_tile_finish f, ptrdiff_t i0, ptrdiff_t c0)
+{
+    if (f.out) {
+        f.row_sum += i0;
+        f.out += i0 * f.ldout + c0;
+    }
+    return f;
+}
+
+#define MK_TILE_NO_FINISH ((mk_tile_finish){NULL, NULL, 0, 0})
 
 #endif

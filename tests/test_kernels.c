@@ -2,7 +2,8 @@
  * The matmul, normalisation and widening kernels of every table this build
  * and CPU can run (kernel_check.h), on edge shapes: m below / equal to /
  * above block_q, n below / equal to / above block_k, depths 1, 3, 17, 64,
- * 129, prime row strides, broadcast input rows; pack + qk, pv, normalize,
+ * 129, prime row strides, broadcast input rows; pack + qk, pv, pv_finish
+ * (bit for bit the table's pv then normalize), normalize,
  * pack + linear, widen over every binary16 and bfloat16 input, and
  * narrow (fp32 to those codes) around every code, tie and special. Each
  * kernel is checked against plain double loops (TOL_REF) and, for a table
@@ -130,6 +131,80 @@ static void pv_tile(const table_set *ts, int64_t m, int64_t n, test_rng *r)
 START_TEST(pv_edges)
 {
     for_edge_tiles(4, pv_tile, 41);
+}
+END_TEST
+
+
+/* ---- pv_finish -------------------------------------------------------- */
+
+/* pv_finish against the same table's pv then normalize, bit for bit (its
+ * contract), V read in place (ldv == dv) and strided, output rows
+ * unaligned and 64-byte aligned (the streamed stores), every third row's
+ * sum 0 with a NaN in its accumulator (0 out, as normalize writes). The
+ * padding of the output rows must stay untouched. */
+static void pv_finish_case(const table_set *ts, int64_t m, int64_t n,
+                           int64_t dv, ptrdiff_t ldv, ptrdiff_t ldout,
+                           test_rng *r)
+{
+    const ptrdiff_t ldp = n + 3, ldo = dv + 7;
+    float *p = random_floats(r, (size_t)(m * ldp));
+    for (size_t x = 0; x < (size_t)(m * ldp); x++)
+        p[x] = x % 11 == 3 ? 0.0f : fabsf(p[x]);
+    float *v = random_floats(r, (size_t)((n - 1) * ldv + dv));
+    float *alpha = random_floats(r, (size_t)m);
+    float *l = random_floats(r, (size_t)m);
+    float *o0 = random_floats(r, (size_t)(m * ldo));
+    for (int64_t i = 0; i < m; i++) {
+        alpha[i] = i % 5 == 0 ? 1.0f : i % 5 == 1 ? 0.0f : fabsf(alpha[i]);
+        l[i] = i % 3 == 1 ? 0.0f : 0.01f + 40.0f * fabsf(l[i]);
+        if (i % 3 == 1)
+            o0[i * ldo] = NAN;
+    }
+    const size_t span = (size_t)(m * ldout);
+    float *want = test_alloc((size_t)span * sizeof *want);
+    float *o = test_alloc((size_t)(m * ldo) * sizeof *o);
+    /* 64-byte aligned, sentinel-filled like out_buffer's, with its guard. */
+    const size_t bytes = ((span + GUARD) * sizeof(float) + 63) / 64 * 64;
+    float *out = aligned_alloc(64, bytes);
+    REQUIRE(out, "aligned_alloc of %zu bytes", bytes);
+    for (int x = 0; x < ts->n; x++) {
+        const mk_table *t = &ts->t[x];
+        fill_sentinel(want, span);
+        memcpy(o, o0, (size_t)(m * ldo) * sizeof *o);
+        t->pv(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);
+        t->normalize(o, ldo, m, dv, l, want, ldout);
+        fill_sentinel(out, span + GUARD);
+        memcpy(o, o0, (size_t)(m * ldo) * sizeof *o);
+        t->pv_finish(p, ldp, m, n, v, ldv, dv, alpha, o, ldo, l, out, ldout);
+        int64_t diff = 0;
+        for (size_t e = 0; e < span; e++)
+            diff += memcmp(&out[e], &want[e], sizeof *out) != 0;
+        REQUIRE(diff == 0,
+                "pv_finish [%s] m %lld n %lld dv %lld ldv %td ldout %td: "
+                "%lld of %zu floats differ from pv then normalize",
+                mha_isa_name(ts->isa[x]), (long long)m, (long long)n,
+                (long long)dv, ldv, ldout, (long long)diff, span);
+        REQUIRE(count_changed(out + span, GUARD) == 0,
+                "pv_finish [%s] m %lld dv %lld: wrote past the rows",
+                mha_isa_name(ts->isa[x]), (long long)m, (long long)dv);
+    }
+    free(out), free(o), free(want), free(p), free(v), free(alpha), free(l),
+        free(o0);
+}
+
+static void pv_finish_tile(const table_set *ts, int64_t m, int64_t n,
+                           test_rng *r)
+{
+    for (int p = 0; p < N_DEPTHS; p++) {
+        const int64_t dv = DEPTHS[p];
+        pv_finish_case(ts, m, n, dv, dv, dv + 11, r);
+        pv_finish_case(ts, m, n, dv, dv + 5, (dv + 15) / 16 * 16, r);
+    }
+}
+
+START_TEST(pv_finish_edges)
+{
+    for_edge_tiles(4, pv_finish_tile, 47);
 }
 END_TEST
 
@@ -736,6 +811,7 @@ Suite *suite_kernels(void)
     TCase *tc = tcase_create("kernels");
     tcase_add_test(tc, qk_edges);
     tcase_add_test(tc, pv_edges);
+    tcase_add_test(tc, pv_finish_edges);
     tcase_add_test(tc, normalize_edges);
     tcase_add_test(tc, linear_edges);
     tcase_add_test(tc, linear_deep_in_order);

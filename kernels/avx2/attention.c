@@ -39,17 +39,20 @@ MK_TD_DEFINE_QK(avx2, 6x16)
  * reads DRAM better than column blocks scattered over a page per key
  * (docs/design.md). Every element is alpha * o then one FMA per key in key
  * order on either path.
+ * pv_finish (kernels.h) is the same with the last chunk's tiles sending
+ * their sums normalised to the output rows (finish, a constant).
  * Preconditions: ldp, ldv >= 0 (0 repeats one row); ldo >= dv when m > 1.
  */
-void mk_avx2_pv_6x16(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
-                     const float *v, ptrdiff_t ldv, int64_t dv,
-                     const float *alpha, float *o, ptrdiff_t ldo)
+static inline __attribute__((always_inline)) void
+pv_body(const int finish, const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+        const float *v, ptrdiff_t ldv, int64_t dv, const float *alpha,
+        float *o, ptrdiff_t ldo, mk_tile_finish fin)
 {
     mk_td_pv_check(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);
     int64_t chunk = dv > 0 ? PV_COPY_FLOATS / dv : 0;
     if (n <= 1 || ldv == dv || chunk < 8) {
-        mk_td_pv_in_place(MK_TD_BY_ROWS, p, ldp, m, n, v, ldv, dv, alpha, o,
-                          ldo);
+        mk_td_pv_in_place(MK_TD_BY_ROWS, finish, p, ldp, m, n, v, ldv, dv,
+                          alpha, o, ldo, fin);
         return;
     }
     /* The copied rows are dv wide: a narrow last block narrows B too. */
@@ -58,8 +61,15 @@ void mk_avx2_pv_6x16(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
         int64_t jn = n - j0 < chunk ? n - j0 : chunk;
         for (int64_t j = 0; j < jn; j++)
             memcpy(vbuf + j * dv, v + (j0 + j) * ldv, (size_t)dv * sizeof *v);
-        mk_td_pv_chunk(MK_TD_BY_ROWS, MK_TILE_B_NARROW | MK_TILE_C_NARROW,
-                       j0 == 0, p + j0, ldp, m, jn, vbuf, dv, dv, alpha, o,
-                       ldo);
+        if (finish && j0 + jn == n)
+            mk_td_pv_chunk(MK_TD_BY_ROWS, MK_TILE_B_NARROW | MK_TILE_C_NARROW,
+                           1, j0 == 0, p + j0, ldp, m, jn, vbuf, dv, dv, alpha,
+                           o, ldo, fin);
+        else
+            mk_td_pv_chunk(MK_TD_BY_ROWS, MK_TILE_B_NARROW | MK_TILE_C_NARROW,
+                           0, j0 == 0, p + j0, ldp, m, jn, vbuf, dv, dv, alpha,
+                           o, ldo, fin);
     }
 }
+
+MK_TD_DEFINE_PV(avx2, 6x16, pv_body)

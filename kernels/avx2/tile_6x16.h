@@ -124,7 +124,7 @@ static inline __attribute__((always_inline)) void
 mk_avx2_tile_6x16(const int mr, const unsigned flags, int64_t k,
                      const float *a, ptrdiff_t lda, const float *b,
                      ptrdiff_t ldb, const float *c_scale, const float *bias,
-                     float *c, ptrdiff_t ldc, int64_t nr)
+                     float *c, ptrdiff_t ldc, int64_t nr, mk_tile_finish fin)
 {
     const __m256i mask0 = mk_avx2_lanes_below(nr, 0);
     const __m256i mask1 = mk_avx2_lanes_below(nr, 1);
@@ -213,12 +213,27 @@ mk_avx2_tile_6x16(const int mr, const unsigned flags, int64_t k,
             acc##r##0 = _mm256_add_ps(acc##r##0, bias0);                   \
             acc##r##1 = _mm256_add_ps(acc##r##1, bias1);                   \
         }                                                                  \
+        float *dr = c + (r) * ldc;                                         \
+        if (flags & MK_TILE_FINISH) {                                      \
+            dr = fin.out + (r) * fin.ldout;                                \
+            if (fin.row_sum[r] != 0.0f) {                                  \
+                const __m256 inv = _mm256_set1_ps(1.0f / fin.row_sum[r]);  \
+                acc##r##0 = _mm256_mul_ps(acc##r##0, inv);                 \
+                acc##r##1 = _mm256_mul_ps(acc##r##1, inv);                 \
+            } else {                                                       \
+                acc##r##0 = acc##r##1 = _mm256_setzero_ps();               \
+            }                                                              \
+        }                                                                  \
         if (c_narrow) {                                                    \
-            _mm256_maskstore_ps(c + (r) * ldc, mask0, acc##r##0);          \
-            _mm256_maskstore_ps(c + (r) * ldc + 8, mask1, acc##r##1);      \
+            _mm256_maskstore_ps(dr, mask0, acc##r##0);                     \
+            _mm256_maskstore_ps(dr + 8, mask1, acc##r##1);                 \
+        } else if ((flags & MK_TILE_FINISH) && fin.stream &&               \
+                   ((uintptr_t)dr & 63) == 0) {                            \
+            _mm256_stream_ps(dr, acc##r##0);                               \
+            _mm256_stream_ps(dr + 8, acc##r##1);                           \
         } else {                                                           \
-            _mm256_storeu_ps(c + (r) * ldc, acc##r##0);                    \
-            _mm256_storeu_ps(c + (r) * ldc + 8, acc##r##1);                \
+            _mm256_storeu_ps(dr, acc##r##0);                               \
+            _mm256_storeu_ps(dr + 8, acc##r##1);                           \
         }                                                                  \
     }
     MK_AVX2_ROWS(MK_STORE)
@@ -232,6 +247,7 @@ mk_avx2_tile_6x16(const int mr, const unsigned flags, int64_t k,
 #define MK_TILE_MR MK_AVX2_MR
 #define MK_TILE_NR MK_AVX2_NR
 #define MK_TILE_REST MK_TD_REST_EACH
+#define MK_TILE_STREAM_FENCE _mm_sfence
 _Static_assert(MK_AVX2_MR == 6, "the tile has rows 0..5 (MK_AVX2_ROWS); "
                                 "MK_TD_REST_EACH covers 1..5 rows");
 

@@ -53,6 +53,40 @@ static void copy_panel(const float *v, ptrdiff_t ldv, int64_t jn, int64_t nr,
     }
 }
 
+/* pv's body, and with finish (a constant) pv_finish's: the last chunk of
+ * keys sends its sums normalised to fin's rows. */
+static inline __attribute__((always_inline)) void
+pv_body(const int finish, const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+        const float *v, ptrdiff_t ldv, int64_t dv, const float *alpha,
+        float *o, ptrdiff_t ldo, mk_tile_finish fin)
+{
+    mk_td_pv_check(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);
+    if (n <= 1 || ldv == dv || m <= MK_AVX512_MR) {
+        mk_td_pv_in_place(MK_TD_BY_COLUMNS, finish, p, ldp, m, n, v, ldv, dv,
+                          alpha, o, ldo, fin);
+        return;
+    }
+    /* The panel is zero-padded to 32 columns: a narrow block narrows only
+     * C. */
+    _Alignas(64) float panel[PV_PANEL_KEYS * MK_AVX512_NR];
+    for (int64_t c0 = 0; c0 < dv; c0 += MK_AVX512_NR) {
+        int64_t nr = dv - c0 < MK_AVX512_NR ? dv - c0 : MK_AVX512_NR;
+        mk_tile_finish at = mk_tile_finish_at(fin, 0, c0);
+        for (int64_t j0 = 0; j0 < n; j0 += PV_PANEL_KEYS) {
+            int64_t jn = n - j0 < PV_PANEL_KEYS ? n - j0 : PV_PANEL_KEYS;
+            copy_panel(v + j0 * ldv + c0, ldv, jn, nr, panel);
+            if (finish && j0 + jn == n)
+                mk_td_pv_chunk(MK_TD_BY_COLUMNS, MK_TILE_C_NARROW, 1,
+                               j0 == 0, p + j0, ldp, m, jn, panel,
+                               MK_AVX512_NR, nr, alpha, o + c0, ldo, at);
+            else
+                mk_td_pv_chunk(MK_TD_BY_COLUMNS, MK_TILE_C_NARROW, 0,
+                               j0 == 0, p + j0, ldp, m, jn, panel,
+                               MK_AVX512_NR, nr, alpha, o + c0, ldo, at);
+        }
+    }
+}
+
 /*
  * o[i][c] = alpha[i] * o[i][c] + sum_j p[i][j] * v[j][c].
  * Tile 12 rows x 32 output columns: 24 zmm accumulators start at alpha * o,
@@ -64,30 +98,9 @@ static void copy_panel(const float *v, ptrdiff_t ldv, int64_t jn, int64_t nr,
  * contiguous 32-wide panel on the stack, PV_PANEL_KEYS keys at a time, so
  * each V row is fetched once per block instead of once per strip; the
  * sums are carried in o between panels of keys. Every element is alpha * o
- * then one FMA per key in key order on either path.
+ * then one FMA per key in key order on either path. pv_finish (kernels.h)
+ * is the same with the last chunk's tiles sending their sums normalised
+ * to the output rows.
  * Preconditions: ldp, ldv >= 0 (0 repeats one row); ldo >= dv when m > 1.
  */
-void mk_avx512_pv_12x32(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
-                        const float *v, ptrdiff_t ldv, int64_t dv,
-                        const float *alpha, float *o, ptrdiff_t ldo)
-{
-    mk_td_pv_check(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);
-    if (n <= 1 || ldv == dv || m <= MK_AVX512_MR) {
-        mk_td_pv_in_place(MK_TD_BY_COLUMNS, p, ldp, m, n, v, ldv, dv, alpha,
-                          o, ldo);
-        return;
-    }
-    /* The panel is zero-padded to 32 columns: a narrow block narrows only
-     * C. */
-    _Alignas(64) float panel[PV_PANEL_KEYS * MK_AVX512_NR];
-    for (int64_t c0 = 0; c0 < dv; c0 += MK_AVX512_NR) {
-        int64_t nr = dv - c0 < MK_AVX512_NR ? dv - c0 : MK_AVX512_NR;
-        for (int64_t j0 = 0; j0 < n; j0 += PV_PANEL_KEYS) {
-            int64_t jn = n - j0 < PV_PANEL_KEYS ? n - j0 : PV_PANEL_KEYS;
-            copy_panel(v + j0 * ldv + c0, ldv, jn, nr, panel);
-            mk_td_pv_chunk(MK_TD_BY_COLUMNS, MK_TILE_C_NARROW, j0 == 0, p + j0,
-                           ldp, m, jn, panel, MK_AVX512_NR, nr, alpha, o + c0,
-                           ldo);
-        }
-    }
-}
+MK_TD_DEFINE_PV(avx512, 12x32, pv_body)

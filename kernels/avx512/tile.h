@@ -83,7 +83,7 @@ static inline __attribute__((always_inline)) void
 mk_avx512_tile(const int mr, const unsigned flags, int64_t k, const float *a,
                ptrdiff_t lda, const float *b, ptrdiff_t ldb,
                const float *c_scale, const float *bias, float *c,
-               ptrdiff_t ldc, int64_t nr)
+               ptrdiff_t ldc, int64_t nr, mk_tile_finish fin)
 {
     const __mmask16 lo = mk_avx512_first(nr), hi = mk_avx512_first(nr - 16);
     const int b_narrow = (flags & MK_TILE_B_NARROW) != 0;
@@ -146,6 +146,24 @@ mk_avx512_tile(const int mr, const unsigned flags, int64_t k, const float *a,
             acc[r][0] = _mm512_add_ps(acc[r][0], bias0);
             acc[r][1] = _mm512_add_ps(acc[r][1], bias1);
         }
+        if (flags & MK_TILE_FINISH) {
+            float *dr = fin.out + r * fin.ldout;
+            const float sum = fin.row_sum[r];
+            __m512 x0 = _mm512_setzero_ps(), x1 = x0;
+            if (sum != 0.0f) {
+                const __m512 inv = _mm512_set1_ps(1.0f / sum);
+                x0 = _mm512_mul_ps(acc[r][0], inv);
+                x1 = _mm512_mul_ps(acc[r][1], inv);
+            }
+            if (!c_narrow && fin.stream && ((uintptr_t)dr & 63) == 0) {
+                _mm512_stream_ps(dr, x0);
+                _mm512_stream_ps(dr + 16, x1);
+            } else {
+                mk_avx512_store(dr, lo, c_narrow, x0);
+                mk_avx512_store(dr + 16, hi, c_narrow, x1);
+            }
+            continue;
+        }
         mk_avx512_store(c + r * ldc, lo, c_narrow, acc[r][0]);
         mk_avx512_store(c + r * ldc + 16, hi, c_narrow, acc[r][1]);
     }
@@ -158,5 +176,6 @@ mk_avx512_tile(const int mr, const unsigned flags, int64_t k, const float *a,
 #define MK_TILE_MR MK_AVX512_MR
 #define MK_TILE_NR MK_AVX512_NR
 #define MK_TILE_REST MK_TD_REST_HALVING
+#define MK_TILE_STREAM_FENCE _mm_sfence
 
 #endif

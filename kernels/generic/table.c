@@ -2,6 +2,8 @@
  * table. Tiles are multiples of the 4x16 register tile of gemm.c. */
 #include "generic.h"
 
+MK_DEFINE_PV_FINISH_COMPOSED(generic, 4x16)
+
 void mk_init_generic(mk_table *t)
 {
     *t = (mk_table){
@@ -17,6 +19,7 @@ void mk_init_generic(mk_table *t)
         .softmax_update = mk_generic_softmax_update,
         .pv = mk_generic_pv_4x16,
         .normalize = mk_generic_normalize,
+        .pv_finish = mk_generic_pv_finish_4x16,
         .decode_qk = mk_generic_decode_qk,
         .decode_pv = mk_generic_decode_pv,
         .widen = {[MK_F32] = mk_generic_widen_f32,

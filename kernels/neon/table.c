@@ -4,6 +4,8 @@
  * 128 (32 KiB) and the 32 x 64 score tile (8 KiB) fit a 64 KiB L1D. */
 #include "neon.h"
 
+MK_DEFINE_PV_FINISH_COMPOSED(neon, 8x8)
+
 void mk_init_neon(mk_table *t)
 {
     mk_init_generic(t);
