@@ -159,25 +159,6 @@ int mha_cpu_detect_neon(void) { return detect_neon(); }
 int mha_cpu_detect_neon_bf16(void) { return detect_neon_bf16(); }
 int mha_cpu_detect_neon_fhm(void) { return detect_neon_fhm(); }
 
-/* Whether CPUID leaf 0 names Intel ("GenuineIntel"); 0 off x86. Cached:
- * every thread computes the same answer. */
-int mha_cpu_is_intel(void)
-{
-    static atomic_int known; /* 0 unknown, 1 no, 2 yes */
-    int k = atomic_load_explicit(&known, memory_order_relaxed);
-    if (k == 0) {
-        k = 1;
-#if defined(__x86_64__) || defined(__i386__)
-        unsigned a, b, c, d;
-        if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u &&
-            d == 0x49656e69u && c == 0x6c65746eu) /* "Genu" "ineI" "ntel" */
-            k = 2;
-#endif
-        atomic_store_explicit(&known, k, memory_order_relaxed);
-    }
-    return k == 2;
-}
-
 /* A value computed once per process and kept in *slot (0 until then): a
  * benign race, every thread computes the same answer. */
 static long long cached(atomic_llong *slot, long long (*compute)(void))
@@ -188,6 +169,25 @@ static long long cached(atomic_llong *slot, long long (*compute)(void))
         atomic_store_explicit(slot, v, memory_order_relaxed);
     }
     return v;
+}
+
+/* 2 when CPUID leaf 0 names Intel ("GenuineIntel"), else 1 (off x86
+ * too): never 0, which cached() reads as not yet known. */
+static long long vendor_intel(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u &&
+        d == 0x49656e69u && c == 0x6c65746eu) /* "Genu" "ineI" "ntel" */
+        return 2;
+#endif
+    return 1;
+}
+
+int mha_cpu_is_intel(void)
+{
+    static atomic_llong known;
+    return cached(&known, vendor_intel) == 2;
 }
 
 /* The L1 data cache's bytes as the C library reports them (from CPUID on

@@ -7,18 +7,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+mha_engine *make_engine_config(const mha_config *config)
+{
+    mha_engine *engine = NULL;
+    mha_status st = mha_engine_create(config, &engine);
+    ck_assert_msg(st == MHA_OK && engine != NULL,
+                  "mha_engine_create(isa %s, %d threads, flush %d): %s (%s)",
+                  mha_isa_name(config->isa), config->num_threads,
+                  config->flush_subnormals, mha_status_string(st),
+                  mha_last_error());
+    ck_assert_msg(mha_engine_isa(engine) == config->isa,
+                  "engine picked %s, asked %s",
+                  mha_isa_name(mha_engine_isa(engine)),
+                  mha_isa_name(config->isa));
+    return engine;
+}
+
 mha_engine *make_engine(mha_isa isa, int nthreads)
 {
     mha_config config = {.num_threads = nthreads, .isa = isa};
-    mha_engine *engine = NULL;
-    mha_status st = mha_engine_create(&config, &engine);
-    ck_assert_msg(st == MHA_OK && engine != NULL,
-                  "mha_engine_create(isa %s, %d threads): %s (%s)",
-                  mha_isa_name(isa), nthreads, mha_status_string(st),
-                  mha_last_error());
-    ck_assert_msg(mha_engine_isa(engine) == isa, "engine picked %s, asked %s",
-                  mha_isa_name(mha_engine_isa(engine)), mha_isa_name(isa));
-    return engine;
+    return make_engine_config(&config);
 }
 
 void *test_alloc(size_t bytes)

@@ -30,6 +30,8 @@ Suite *suite_compute(void);
 
 /* An engine for isa with nthreads, or a test failure. */
 mha_engine *make_engine(mha_isa isa, int nthreads);
+/* The same for any configuration (its isa a table this CPU runs). */
+mha_engine *make_engine_config(const mha_config *config);
 
 /* (tests/emulated.c, test_mha only.) The engines a suite walks beyond
  * available_isas': 1 where the tests carry the AMX kernels over emulated
