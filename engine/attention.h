@@ -268,7 +268,8 @@ mha_scores_fn mha_prefill_scores, mha_decode_scores;
 mha_step_fn mha_prefill_step, mha_decode_step;
 /* prefill.c: a prefill row block's last key step. Where it can (fp32
  * compute, plain rows, no weights) P·V writes the normalised output rows
- * itself (the table's pv_finish) and it returns 1: mha_finish_rows then
+ * itself (the table's pv_finish; rows of a causal sub-block that see no
+ * key of the block, normalize) and it returns 1: mha_finish_rows then
  * writes only the lse. Else mha_prefill_step, and 0. */
 int mha_prefill_finish(const mk_table *t, const mha_problem *p,
                        const mha_plan *pl, const mha_row_block *rb,

@@ -318,13 +318,17 @@ static mha_row_block sub_block(const mha_problem *p, const mha_row_block *rb,
     return sub;
 }
 
-void mha_prefill_step(const mk_table *t, const mha_problem *p,
-                      const mha_plan *pl, const mha_row_block *rb,
-                      const mha_scratch *sc, int64_t k0, int64_t nk, float *o,
-                      float *m, float *l)
+/* mha_prefill_step, and with finish mha_prefill_finish's step: every
+ * row's normalised output written, by pv_finish where the rows see keys
+ * of this block, else (a sub-block left no key of it: those rows' keys
+ * ended in an earlier block) by normalize. */
+static void prefill_step(const mk_table *t, const mha_problem *p,
+                         const mha_plan *pl, const mha_row_block *rb,
+                         const mha_scratch *sc, int64_t k0, int64_t nk,
+                         float *o, float *m, float *l, int finish)
 {
     if (!splits_rows(rb, sc, k0, nk)) {
-        key_step(t, p, pl, rb, sc, k0, nk, o, m, l, 0);
+        key_step(t, p, pl, rb, sc, k0, nk, o, m, l, finish);
         return;
     }
     /* The whole block is packed and its values copied once into the head
@@ -342,8 +346,19 @@ void mha_prefill_step(const mk_table *t, const mha_problem *p,
             hi = sub.rows + sub.diag_hi;
         if (hi > lo)
             key_step(t, p, pl, &sub, sc, lo, hi - lo, o + r * dv, m + r,
-                     l + r, 0);
+                     l + r, finish);
+        else if (finish)
+            t->normalize(o + r * dv, dv, sub.rows, dv, l + r, sub.out,
+                         sub.ldo);
     }
+}
+
+void mha_prefill_step(const mk_table *t, const mha_problem *p,
+                      const mha_plan *pl, const mha_row_block *rb,
+                      const mha_scratch *sc, int64_t k0, int64_t nk, float *o,
+                      float *m, float *l)
+{
+    prefill_step(t, p, pl, rb, sc, k0, nk, o, m, l, 0);
 }
 
 int mha_prefill_finish(const mk_table *t, const mha_problem *p,
@@ -352,13 +367,11 @@ int mha_prefill_finish(const mk_table *t, const mha_problem *p,
                        float *m, float *l)
 {
     /* The output rows are the caller's fp32 rows (stage_rows leaves them
-     * so), and no weights pass reads l2 for them. A block cut into row
-     * sub-blocks may leave rows no key: those finish as before. */
-    if (pl->half || p->compute != MHA_F32 || rb->ilv > 1 || rb->w ||
-        splits_rows(rb, sc, k0, nk)) {
-        mha_prefill_step(t, p, pl, rb, sc, k0, nk, o, m, l);
+     * so), and no weights pass reads l2 for them. */
+    if (pl->half || p->compute != MHA_F32 || rb->ilv > 1 || rb->w) {
+        prefill_step(t, p, pl, rb, sc, k0, nk, o, m, l, 0);
         return 0;
     }
-    key_step(t, p, pl, rb, sc, k0, nk, o, m, l, 1);
+    prefill_step(t, p, pl, rb, sc, k0, nk, o, m, l, 1);
     return 1;
 }
