@@ -303,8 +303,8 @@ MK_TD_INLINE void mk_td_linear_strip(const int mr, const float *a,
         const float *bj = bias ? bias + j : NULL;
         const int64_t nr = j1 - j < MK_TILE_NR ? j1 - j : MK_TILE_NR;
 #define MK_TD_LINEAR_TILE(FLAGS)                                          \
-    MK_TILE(mr, FLAGS, k, a, lda, panel, MK_TILE_NR, NULL, bj, c + j, ldc, nr, \
-            MK_TILE_NO_FINISH)
+    MK_TILE(mr, FLAGS, k, a, lda, panel, MK_TILE_NR, NULL, bj, c + j, ldc, \
+            nr, MK_TILE_NO_FINISH)
         MK_TD_LINEAR_FLAGS(bj, nr, MK_TD_LINEAR_TILE);
 #undef MK_TD_LINEAR_TILE
     }
