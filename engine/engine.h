@@ -60,8 +60,9 @@ mha_fpenv mha_fpenv_enter(int flush);
 void mha_fpenv_leave(const mha_fpenv *saved);
 int mha_fpenv_can_flush(void);
 #define MHA_FPENV_SCOPE(flush)                                        \
-    mha_fpenv mha_fpenv_scope_ __attribute__((cleanup(mha_fpenv_leave))) = \
-        mha_fpenv_enter(flush)
+    mha_fpenv mha_fpenv_scope_                                          \
+        __attribute__((cleanup(mha_fpenv_leave), unused)) =              \
+            mha_fpenv_enter(flush)
 
 /* isa.c: the filled table of an ISA, or an error status (with message)
  * when the build or the CPU lacks it. isa may be MHA_ISA_AUTO. Tests and
