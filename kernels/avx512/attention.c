@@ -53,8 +53,8 @@ static void copy_panel(const float *v, ptrdiff_t ldv, int64_t jn, int64_t nr,
     }
 }
 
-/* pv's body, and with finish (a constant) pv_finish's: the last chunk of
- * keys sends its sums normalised to fin's rows. */
+/* pv's body, and with finish (a constant) pv_finish's: V read in place
+ * sends its sums normalised to fin's rows. */
 static inline __attribute__((always_inline)) void
 pv_body(const int finish, const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
         const float *v, ptrdiff_t ldv, int64_t dv, const float *alpha,
@@ -66,23 +66,26 @@ pv_body(const int finish, const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                           alpha, o, ldo, fin);
         return;
     }
+    if (finish) {
+        /* Panels of strided rows (no head cache): the sums then
+         * normalize, not a third expansion of every tile height for the
+         * last panel (clang at -O1 with ASan spent over 17 minutes on
+         * this file with it). */
+        mk_avx512_pv_12x32(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);
+        mk_avx512_normalize(o, ldo, m, dv, fin.row_sum, fin.out, fin.ldout);
+        return;
+    }
     /* The panel is zero-padded to 32 columns: a narrow block narrows only
      * C. */
     _Alignas(64) float panel[PV_PANEL_KEYS * MK_AVX512_NR];
     for (int64_t c0 = 0; c0 < dv; c0 += MK_AVX512_NR) {
         int64_t nr = dv - c0 < MK_AVX512_NR ? dv - c0 : MK_AVX512_NR;
-        mk_tile_finish at = mk_tile_finish_at(fin, 0, c0);
         for (int64_t j0 = 0; j0 < n; j0 += PV_PANEL_KEYS) {
             int64_t jn = n - j0 < PV_PANEL_KEYS ? n - j0 : PV_PANEL_KEYS;
             copy_panel(v + j0 * ldv + c0, ldv, jn, nr, panel);
-            if (finish && j0 + jn == n)
-                mk_td_pv_chunk(MK_TD_BY_COLUMNS, MK_TILE_C_NARROW, 1,
-                               j0 == 0, p + j0, ldp, m, jn, panel,
-                               MK_AVX512_NR, nr, alpha, o + c0, ldo, at);
-            else
-                mk_td_pv_chunk(MK_TD_BY_COLUMNS, MK_TILE_C_NARROW, 0,
-                               j0 == 0, p + j0, ldp, m, jn, panel,
-                               MK_AVX512_NR, nr, alpha, o + c0, ldo, at);
+            mk_td_pv_chunk(MK_TD_BY_COLUMNS, MK_TILE_C_NARROW, 0, j0 == 0,
+                           p + j0, ldp, m, jn, panel, MK_AVX512_NR, nr, alpha,
+                           o + c0, ldo, MK_TILE_NO_FINISH);
         }
     }
 }
@@ -99,8 +102,9 @@ pv_body(const int finish, const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
  * each V row is fetched once per block instead of once per strip; the
  * sums are carried in o between panels of keys. Every element is alpha * o
  * then one FMA per key in key order on either path. pv_finish (kernels.h)
- * is the same with the last chunk's tiles sending their sums normalised
- * to the output rows.
+ * is the same with the tiles of V read in place sending their sums
+ * normalised to the output rows; panels of copied rows are summed, then
+ * normalize.
  * Preconditions: ldp, ldv >= 0 (0 repeats one row); ldo >= dv when m > 1.
  */
 MK_TD_DEFINE_PV(avx512, 12x32, pv_body)
