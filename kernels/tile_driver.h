@@ -212,35 +212,42 @@ MK_TD_INLINE void mk_td_pv_in_place(const int order, const int finish,
 
 /* One chunk of keys copied to the stack (p already offset to its first
  * key): the first chunk starts from alpha * o, a later one continues the
- * sums carried in o, so each element still sums its keys in key order.
- * With finish (a constant: the call's last chunk) the sums go normalised
- * to fin's rows. */
+ * sums carried in o, so each element still sums its keys in key order. */
 MK_TD_INLINE void mk_td_pv_chunk(const int order, const unsigned narrow,
-                                 const int finish, int first, const float *p,
-                                 ptrdiff_t ldp, int64_t m, int64_t jn,
-                                 const float *v, ptrdiff_t ldv, int64_t dv,
-                                 const float *alpha, float *o, ptrdiff_t ldo,
-                                 mk_tile_finish fin)
+                                 int first, const float *p, ptrdiff_t ldp,
+                                 int64_t m, int64_t jn, const float *v,
+                                 ptrdiff_t ldv, int64_t dv,
+                                 const float *alpha, float *o, ptrdiff_t ldo)
 {
     if (first)
-        mk_td_pv_sweep(order, MK_TILE_INIT_SCALED | MK_TD_FINISH_FLAG(finish),
-                       narrow, p, ldp, m, jn, v, ldv, dv, alpha, o, ldo, fin);
+        mk_td_pv_sweep(order, MK_TILE_INIT_SCALED, narrow, p, ldp, m, jn, v,
+                       ldv, dv, alpha, o, ldo, MK_TILE_NO_FINISH);
     else
-        mk_td_pv_sweep(order, MK_TILE_INIT_LOAD | MK_TD_FINISH_FLAG(finish),
-                       narrow, p, ldp, m, jn, v, ldv, dv, alpha, o, ldo, fin);
+        mk_td_pv_sweep(order, MK_TILE_INIT_LOAD, narrow, p, ldp, m, jn, v,
+                       ldv, dv, alpha, o, ldo, MK_TILE_NO_FINISH);
 }
 
 /* Defines mk_<isa>_pv_<tile> and mk_<isa>_pv_finish_<tile> (kernels.h)
- * over the ISA's always_inline body(finish, p, ldp, m, n, v, ldv, dv,
- * alpha, o, ldo, fin), finish a constant: pv_finish's tiles stream where
- * normalize would (a prefill block's rows), then MK_TILE_STREAM_FENCE. */
-#define MK_TD_DEFINE_PV(isa, tile, body)                                   \
+ * in the given order: V read in place where in_place(m, n, ldv, dv) says
+ * so, else through the ISA's strided(p, ldp, m, n, v, ldv, dv, alpha, o,
+ * ldo) (rows copied in chunks, mk_td_pv_chunk). pv_finish's tiles of V
+ * in place send their sums normalised to the output rows, streamed where
+ * normalize would (a prefill block's rows), then MK_TILE_STREAM_FENCE;
+ * strided V is summed, then normalised (one more expansion of every tile
+ * height for its last chunk took clang -O1 with ASan past 17 minutes on
+ * the avx512 file). */
+#define MK_TD_DEFINE_PV(isa, tile, order, in_place, strided)               \
     void mk_##isa##_pv_##tile(const float *p, ptrdiff_t ldp, int64_t m,     \
                               int64_t n, const float *v, ptrdiff_t ldv,     \
                               int64_t dv, const float *alpha, float *o,     \
                               ptrdiff_t ldo)                                \
     {                                                                       \
-        body(0, p, ldp, m, n, v, ldv, dv, alpha, o, ldo, MK_TILE_NO_FINISH); \
+        mk_td_pv_check(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);            \
+        if (in_place(m, n, ldv, dv))                                        \
+            mk_td_pv_in_place(order, 0, p, ldp, m, n, v, ldv, dv, alpha, o, \
+                              ldo, MK_TILE_NO_FINISH);                      \
+        else                                                                \
+            strided(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);               \
     }                                                                       \
     void mk_##isa##_pv_finish_##tile(                                       \
         const float *p, ptrdiff_t ldp, int64_t m, int64_t n,                \
@@ -248,9 +255,16 @@ MK_TD_INLINE void mk_td_pv_chunk(const int order, const unsigned narrow,
         float *o, ptrdiff_t ldo, const float *row_sum, float *out,          \
         ptrdiff_t ldout)                                                    \
     {                                                                       \
+        if (!in_place(m, n, ldv, dv)) {                                     \
+            mk_##isa##_pv_##tile(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);  \
+            mk_##isa##_normalize(o, ldo, m, dv, row_sum, out, ldout);       \
+            return;                                                         \
+        }                                                                   \
+        mk_td_pv_check(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);            \
         const mk_tile_finish fin = {row_sum, out, ldout,                    \
                                     m > MK_DECODE_ROWS};                    \
-        body(1, p, ldp, m, n, v, ldv, dv, alpha, o, ldo, fin);              \
+        mk_td_pv_in_place(order, 1, p, ldp, m, n, v, ldv, dv, alpha, o,     \
+                          ldo, fin);                                        \
         if (fin.stream)                                                     \
             MK_TILE_STREAM_FENCE();                                         \
     }

@@ -44,36 +44,28 @@ MK_TD_DEFINE_QK(avx2, 6x16)
  * summed, then normalize.
  * Preconditions: ldp, ldv >= 0 (0 repeats one row); ldo >= dv when m > 1.
  */
-static inline __attribute__((always_inline)) void
-pv_body(const int finish, const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
-        const float *v, ptrdiff_t ldv, int64_t dv, const float *alpha,
-        float *o, ptrdiff_t ldo, mk_tile_finish fin)
+static inline int pv_in_place(int64_t m, int64_t n, ptrdiff_t ldv,
+                              int64_t dv)
 {
-    mk_td_pv_check(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);
-    int64_t chunk = dv > 0 ? PV_COPY_FLOATS / dv : 0;
-    if (n <= 1 || ldv == dv || chunk < 8) {
-        mk_td_pv_in_place(MK_TD_BY_ROWS, finish, p, ldp, m, n, v, ldv, dv,
-                          alpha, o, ldo, fin);
-        return;
-    }
-    if (finish) {
-        /* Chunks of strided rows (no head cache): the sums then
-         * normalize, not another expansion of every tile for the last
-         * chunk (compile time under clang -O1 with ASan). */
-        mk_avx2_pv_6x16(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);
-        mk_avx2_normalize(o, ldo, m, dv, fin.row_sum, fin.out, fin.ldout);
-        return;
-    }
+    (void)m;
+    return n <= 1 || ldv == dv || dv <= 0 || PV_COPY_FLOATS / dv < 8;
+}
+
+static void pv_strided(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+                       const float *v, ptrdiff_t ldv, int64_t dv,
+                       const float *alpha, float *o, ptrdiff_t ldo)
+{
+    const int64_t chunk = PV_COPY_FLOATS / dv;
     /* The copied rows are dv wide: a narrow last block narrows B too. */
     _Alignas(64) float vbuf[PV_COPY_FLOATS];
     for (int64_t j0 = 0; j0 < n; j0 += chunk) {
         int64_t jn = n - j0 < chunk ? n - j0 : chunk;
         for (int64_t j = 0; j < jn; j++)
             memcpy(vbuf + j * dv, v + (j0 + j) * ldv, (size_t)dv * sizeof *v);
-        mk_td_pv_chunk(MK_TD_BY_ROWS, MK_TILE_B_NARROW | MK_TILE_C_NARROW, 0,
+        mk_td_pv_chunk(MK_TD_BY_ROWS, MK_TILE_B_NARROW | MK_TILE_C_NARROW,
                        j0 == 0, p + j0, ldp, m, jn, vbuf, dv, dv, alpha, o,
-                       ldo, MK_TILE_NO_FINISH);
+                       ldo);
     }
 }
 
-MK_TD_DEFINE_PV(avx2, 6x16, pv_body)
+MK_TD_DEFINE_PV(avx2, 6x16, MK_TD_BY_ROWS, pv_in_place, pv_strided)

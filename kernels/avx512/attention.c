@@ -53,28 +53,20 @@ static void copy_panel(const float *v, ptrdiff_t ldv, int64_t jn, int64_t nr,
     }
 }
 
-/* pv's body, and with finish (a constant) pv_finish's: V read in place
- * sends its sums normalised to fin's rows. */
-static inline __attribute__((always_inline)) void
-pv_body(const int finish, const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
-        const float *v, ptrdiff_t ldv, int64_t dv, const float *alpha,
-        float *o, ptrdiff_t ldo, mk_tile_finish fin)
+/* Whether pv reads V in place: contiguous rows, one key, or a single
+ * strip (below). */
+static inline int pv_in_place(int64_t m, int64_t n, ptrdiff_t ldv,
+                              int64_t dv)
 {
-    mk_td_pv_check(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);
-    if (n <= 1 || ldv == dv || m <= MK_AVX512_MR) {
-        mk_td_pv_in_place(MK_TD_BY_COLUMNS, finish, p, ldp, m, n, v, ldv, dv,
-                          alpha, o, ldo, fin);
-        return;
-    }
-    if (finish) {
-        /* Panels of strided rows (no head cache): the sums then
-         * normalize, not a third expansion of every tile height for the
-         * last panel (clang at -O1 with ASan spent over 17 minutes on
-         * this file with it). */
-        mk_avx512_pv_12x32(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);
-        mk_avx512_normalize(o, ldo, m, dv, fin.row_sum, fin.out, fin.ldout);
-        return;
-    }
+    return n <= 1 || ldv == dv || m <= MK_AVX512_MR;
+}
+
+/* pv of strided rows: 32-column panels of PV_PANEL_KEYS keys copied to
+ * the stack, the sums carried in o between them (below). */
+static void pv_strided(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
+                       const float *v, ptrdiff_t ldv, int64_t dv,
+                       const float *alpha, float *o, ptrdiff_t ldo)
+{
     /* The panel is zero-padded to 32 columns: a narrow block narrows only
      * C. */
     _Alignas(64) float panel[PV_PANEL_KEYS * MK_AVX512_NR];
@@ -83,9 +75,9 @@ pv_body(const int finish, const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
         for (int64_t j0 = 0; j0 < n; j0 += PV_PANEL_KEYS) {
             int64_t jn = n - j0 < PV_PANEL_KEYS ? n - j0 : PV_PANEL_KEYS;
             copy_panel(v + j0 * ldv + c0, ldv, jn, nr, panel);
-            mk_td_pv_chunk(MK_TD_BY_COLUMNS, MK_TILE_C_NARROW, 0, j0 == 0,
+            mk_td_pv_chunk(MK_TD_BY_COLUMNS, MK_TILE_C_NARROW, j0 == 0,
                            p + j0, ldp, m, jn, panel, MK_AVX512_NR, nr, alpha,
-                           o + c0, ldo, MK_TILE_NO_FINISH);
+                           o + c0, ldo);
         }
     }
 }
@@ -107,4 +99,5 @@ pv_body(const int finish, const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
  * normalize.
  * Preconditions: ldp, ldv >= 0 (0 repeats one row); ldo >= dv when m > 1.
  */
-MK_TD_DEFINE_PV(avx512, 12x32, pv_body)
+MK_TD_DEFINE_PV(avx512, 12x32, MK_TD_BY_COLUMNS, pv_in_place,
+                pv_strided)

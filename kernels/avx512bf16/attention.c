@@ -132,9 +132,8 @@ static void pv_codes(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
     const __m512i first_key = _mm512_set1_epi32(0xFFFF);
     for (int64_t c0 = 0; c0 < dv; c0 += MK_AVX512_NR, vp += cb_stride) {
         int64_t nr = dv - c0 < MK_AVX512_NR ? dv - c0 : MK_AVX512_NR;
-        mk_td_pv_chunk(MK_TD_BY_ROWS, MK_TILE_C_NARROW, 0, 1, p, ldp, m,
-                       pairs, vp, MK_AVX512_NR, nr, alpha, o + c0, ldo,
-                       MK_TILE_NO_FINISH);
+        mk_td_pv_chunk(MK_TD_BY_ROWS, MK_TILE_C_NARROW, 1, p, ldp, m, pairs,
+                       vp, MK_AVX512_NR, nr, alpha, o + c0, ldo);
         if (n % 2 == 0)
             continue;
         const float *last = vp + MK_AVX512_NR * pairs;
@@ -143,9 +142,8 @@ static void pv_codes(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
         _mm512_store_si512(tail + 16,
                            _mm512_and_si512(_mm512_loadu_si512(last + 16),
                                             first_key));
-        mk_td_pv_chunk(MK_TD_BY_ROWS, MK_TILE_C_NARROW, 0, 0, p + pairs, ldp,
-                       m, 1, tail, 0, nr, alpha, o + c0, ldo,
-                       MK_TILE_NO_FINISH);
+        mk_td_pv_chunk(MK_TD_BY_ROWS, MK_TILE_C_NARROW, 0, p + pairs, ldp, m,
+                       1, tail, 0, nr, alpha, o + c0, ldo);
     }
 }
 
