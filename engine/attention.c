@@ -81,27 +81,6 @@ static int stream_keys(const mk_table *t, const mha_problem *p,
     return done;
 }
 
-/* Whether query rows `stride` bytes apart crowd the L1 sets the qk tile
- * reads them through, strip rows at every step of d: rows a multiple of a
- * way's bytes apart (4 KiB: 64 sets of 64-byte lines, in a 32 KiB 8-way
- * or 48 KiB 12-way L1) share one set, a stride whose lowest set bit below
- * that is b repeats a set every way / b rows, and more than half the ways
- * of a strip in one set leave the key panel too few. On Zen 4's 8 ways,
- * 12 rows 4 or 2 KiB apart or 6 and 8 rows 4 KiB apart (32 heads of 128,
- * 16 or 8 of 64) computed 1.05-1.20x copied on AVX-512; rows that do not
- * crowd (avx2 at 2 KiB, avx512 at 3 KiB) computed level, the copy 1.5-2%
- * of perf's samples for nothing. On Intel's 12 ways, 6 avx512 rows a set
- * (2 KiB apart) computed 1.01-1.03x in place and 6 avx2 rows level
- * (docs/benchmarks.md). */
-static int rows_crowd(int64_t stride, int64_t strip)
-{
-    int64_t way;
-    uint64_t ways = (uint64_t)mha_cpu_l1d_ways(&way);
-    uint64_t g = (uint64_t)stride % (uint64_t)way;
-    uint64_t period = g == 0 ? 1 : (uint64_t)way / (g & (~g + 1));
-    return (uint64_t)strip > ways / 2 * period;
-}
-
 /* The row block's rows staged in thread scratch. Prefill queries at a
  * stride are copied together (below). A half-precision compute dtype
  * (docs/design.md, "Compute dtype"): queries the kernels do not read as
@@ -143,11 +122,11 @@ static void stage_rows(const mk_table *t, const mha_problem *p,
         return;
     }
     /* Prefill rows read in place at a stride that crowds the L1 sets (a
-     * [B, L, H, D] q: rows_crowd) are copied together, the same bits. */
+     * [B, L, H, D] q: mha_rows_crowd) are copied together, the same bits. */
     int in_place = p->compute == MHA_F32 || (pl->half && !rb->decode);
     if (with_q && in_place && !rb->decode && rb->rows > 1 &&
         rb->ldq_src != p->d &&
-        rows_crowd((int64_t)cs * rb->ldq_src, t->strip_rows)) {
+        mha_rows_crowd((int64_t)cs * rb->ldq_src, t->strip_rows)) {
         const size_t bytes = (size_t)p->d * cs;
         const size_t ld = (size_t)rb->ldq_src * cs;
         for (int64_t r = 0; r < rb->rows; r++) {

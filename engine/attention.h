@@ -74,6 +74,19 @@ typedef struct {
  * the P.V tile does not fetch. Group 16 from [B, L, H, D] read 1.2x
  * faster copied; a full block's P.V hides the wait itself (Zen 4,
  * docs/benchmarks.md). */
+/* Whether a block of `rows` fp32 output (or weights) rows goes to memory
+ * by non-temporal stores (the stream argument of normalize and
+ * pv_finish): a prefill block's rows, a page or more apart, which the
+ * engine does not read back, so reading each line for ownership first is
+ * wasted. Decode's few rows, which the caller reads next, and the layer's
+ * attention output and weights (p->out_read_next), which its output
+ * projection and head average read at once, stay cached: streamed, the
+ * projection read them back from memory (docs/benchmarks.md). */
+static inline int mha_streams_out(const mha_problem *p, int64_t rows)
+{
+    return rows > MK_DECODE_ROWS && !p->out_read_next;
+}
+
 #define GATHER_V_ROWS (2 * MK_DECODE_ROWS)
 #define GATHER_V_STRIDE_BYTES 4096
 static inline int mha_gathers_values(const mha_problem *p, int64_t rows)

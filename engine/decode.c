@@ -128,7 +128,8 @@ void mha_decode_step(const mk_table *t, const mha_problem *p,
     int64_t bk = rb->s_ld;
     mha_decode_scores(t, p, pl, rb, sc, m, k0, nk, rb->w ? sc->l2 : l);
     if (rb->w)
-        t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, rb->w_ld);
+        t->normalize(sc->s, bk, rb->rows, nk, l, rb->w + k0, rb->w_ld,
+                     mha_streams_out(p, rb->rows));
     int64_t more;
     kv_rows v = rows_of(p, rb, sc, 1, k0, nk, &more);
     mk_heads heads = {rb->kv_group, rb->v_hs, v.rows ? 1 : rb->vs_hs, more,

@@ -36,6 +36,10 @@ int64_t mha_cpu_l1d_bytes(void);
 /* cpu.c: the L1 data cache's ways, and the bytes of one way (8 and 4096
  * if unknown); cached. */
 int mha_cpu_l1d_ways(int64_t *way_bytes);
+/* cpu.c: whether rows `stride` bytes apart, `strip` of them read together
+ * at every step of a tile's depth loop, crowd this CPU's L1 sets (then
+ * they are copied together first). */
+int mha_rows_crowd(int64_t stride, int64_t strip);
 
 /* fpenv.c: the floating-point environment of a call (docs/design.md,
  * "The floating-point environment"). mha_fpenv_enter sets round to
@@ -121,6 +125,10 @@ typedef struct mha_problem {
     float scale;
     float *weights;
     float *lse; /* [B, H, Lq] packed, or NULL */
+    /* The engine reads out and weights right after the call (the layer's
+     * output projection and head average): no non-temporal stores to them
+     * (mha_streams_out). */
+    int out_read_next;
     /* The sequences of a continuous batch (mha_attention_varlen;
      * docs/design.md, "Continuous batches"). All NULL: a dense batch,
      * sequence b at b times the batch strides with lq queries and lk keys.

@@ -437,14 +437,22 @@ static void project(const mha_layer *l, int i, const void *a, rows_of ra,
                                   m > 1 ? rc.ss : e, mine);
                 continue;
             }
-            /* The chunk's rows copied at a padded stride (LINEAR_PAD), the
-             * same bits: 1.03-1.10x on the E = 1024 layer (Zen 4, AVX-512;
-             * docs/benchmarks.md). */
+            /* Rows at a stride that crowds the L1 sets (mha_rows_crowd)
+             * are copied at a padded one (LINEAR_PAD) first, the same
+             * bits: 1.03-1.10x on the E = 1024 layer (Zen 4, AVX-512);
+             * rows that do not (E = 512 on a 12-way L1) are read in place,
+             * the copy 2% of that layer's time (docs/benchmarks.md). */
             const float *src = (const float *)a + b * ra.sb + r0 * ra.ss;
-            for (int64_t r = 0; r < m; r++)
-                memcpy(mine + r * (k + LINEAR_PAD), src + r * ra.ss,
-                       (size_t)k * sizeof(float));
-            t->linear(mine, k + LINEAR_PAD, m, w, e, k, bias,
+            ptrdiff_t lda = ra.ss;
+            if (m > 1 && mha_rows_crowd(ra.ss * (int64_t)sizeof(float),
+                                        t->strip_rows)) {
+                for (int64_t r = 0; r < m; r++)
+                    memcpy(mine + r * (k + LINEAR_PAD), src + r * ra.ss,
+                           (size_t)k * sizeof(float));
+                src = mine;
+                lda = k + LINEAR_PAD;
+            }
+            t->linear(src, lda, m, w, e, k, bias,
                       (float *)c + b * rc.sb + r0 * rc.ss, m > 1 ? rc.ss : e);
         }
     }
@@ -649,6 +657,9 @@ static mha_status layer_prepare(const mha_layer *layer,
                      c->average ? out : args->weights);
     c->p.terms = terms;
     c->p.lse = args->lse;
+    /* The output projection reads the heads' output (cat) at once, and
+     * the head average the weights (docs/design.md). */
+    c->p.out_read_next = 1;
     return mha_plan_make(layer->engine, &c->p, &c->pl);
 }
 

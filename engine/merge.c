@@ -75,7 +75,7 @@ void mha_finish_rows(const mk_table *t, const mha_problem *p,
             int64_t n = rb->rows - r0 < MK_DECODE_ROWS ? rb->rows - r0
                                                        : MK_DECODE_ROWS;
             t->normalize(o + r0 * p->dv, p->dv, n, p->dv, l + r0,
-                         rb->out + r0 * rb->ldo, rb->ldo);
+                         rb->out + r0 * rb->ldo, rb->ldo, 0);
             for (int64_t r = r0; r < r0 + n; r++) {
                 char *y = rb->out_dst +
                           (size_t)mha_ilv_at(rb, r, rb->o_qs, rb->ldo_dst) *
@@ -89,17 +89,17 @@ void mha_finish_rows(const mk_table *t, const mha_problem *p,
             }
         }
     } else if (p->compute == MHA_F32) {
-        t->normalize(o, p->dv, rb->rows, p->dv, l, rb->out, rb->ldo);
+        t->normalize(o, p->dv, rb->rows, p->dv, l, rb->out, rb->ldo,
+                     mha_streams_out(p, rb->rows));
     } else {
-        /* rb->out is the staging rows: normalised and narrowed
-         * MK_DECODE_ROWS rows at a time, so they stay in L1 between the
-         * two and normalize keeps them cached (it streams longer blocks
-         * to memory, which the narrowing would read back). */
+        /* rb->out is the staging rows: normalised (kept cached: the
+         * narrowing reads them back) and narrowed MK_DECODE_ROWS rows at
+         * a time, so they stay in L1 between the two. */
         for (int64_t r = 0; r < rb->rows; r += MK_DECODE_ROWS) {
             int64_t n = rb->rows - r < MK_DECODE_ROWS ? rb->rows - r
                                                       : MK_DECODE_ROWS;
             t->normalize(o + r * p->dv, p->dv, n, p->dv, l + r,
-                         rb->out + r * rb->ldo, rb->ldo);
+                         rb->out + r * rb->ldo, rb->ldo, 0);
             mha_narrow_rows(t, p->compute, rb->out + r * rb->ldo, rb->ldo, n,
                             p->dv,
                             (char *)rb->out_dst +

@@ -221,7 +221,8 @@ static void key_step(const mk_table *t, const mha_problem *p,
     int64_t ld = rb->s_ld, dv = p->dv;
     mha_prefill_scores(t, p, pl, rb, sc, m, k0, nk, rb->w ? sc->l2 : l);
     if (rb->w)
-        t->normalize(sc->s, ld, rb->rows, nk, l, rb->w + k0, rb->w_ld);
+        t->normalize(sc->s, ld, rb->rows, nk, l, rb->w + k0, rb->w_ld,
+                     mha_streams_out(p, rb->rows));
     ptrdiff_t ldv;
     if (pl->half) { /* P is, or becomes, half codes in sc->s */
         const float *vp = half_values(pl->half, p, rb, sc, k0, nk, &ldv);
@@ -240,7 +241,7 @@ static void key_step(const mk_table *t, const mha_problem *p,
         v = f32_rows(t, p, rb, 1, k0, nk, sc->vw, &ldv);
     if (finish)
         t->pv_finish(sc->s, ld, rb->rows, nk, v, ldv, dv, sc->alpha, o, dv, l,
-                     rb->out, rb->ldo);
+                     rb->out, rb->ldo, mha_streams_out(p, rb->rows));
     else
         t->pv(sc->s, ld, rb->rows, nk, v, ldv, dv, sc->alpha, o, dv);
 }
@@ -349,7 +350,7 @@ static void prefill_step(const mk_table *t, const mha_problem *p,
                      l + r, finish);
         else if (finish)
             t->normalize(o + r * dv, dv, sub.rows, dv, l + r, sub.out,
-                         sub.ldo);
+                         sub.ldo, mha_streams_out(p, sub.rows));
     }
 }
 

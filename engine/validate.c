@@ -645,6 +645,7 @@ void mha_problem_init(mha_problem *p, const mha_tensor *q,
     p->scale = scale != 0.0f ? scale : (float)(1.0 / sqrt((double)q->dim));
     p->weights = weights;
     p->lse = NULL;
+    p->out_read_next = 0;
     p->cu_q = p->cu_k = p->block_table = p->seqlens_k = NULL;
     p->bt_stride = p->page_size = p->total_q = 0;
 }

@@ -269,22 +269,26 @@ typedef void mk_softmax_update_fn(float *s, ptrdiff_t lds, int64_t m,
 typedef void mk_pv_fn(const float *p, ptrdiff_t ldp, int64_t m, int64_t n,
                       const float *v, ptrdiff_t ldv, int64_t dv,
                       const float *alpha, float *o, ptrdiff_t ldo);
-/* out[i][c] = o[i][c] / row_sum[i], or 0 when row_sum[i] == 0. */
+/* out[i][c] = o[i][c] / row_sum[i], or 0 when row_sum[i] == 0. stream
+ * (the engine's choice: rows nobody reads soon, mha_streams_out) lets a
+ * table write whole 64-byte aligned rows with non-temporal stores, then
+ * fence them; the values are the same either way. */
 typedef void mk_normalize_fn(const float *o, ptrdiff_t ldo, int64_t m,
                              int64_t dv, const float *row_sum, float *out,
-                             ptrdiff_t ldout);
+                             ptrdiff_t ldout, int stream);
 /* A row block's last key block: pv, then normalize of its sums into out,
  * the same bits as the table's pv and normalize called in turn (out the
  * product of each sum and 1 / row_sum[i], or 0), o left undefined. The
  * tables whose P·V runs on the tile driver's register tile
  * (kernels/tile_driver.h) normalise each tile's sums before they leave
  * its registers, so the output rows are written once, among the FMAs,
- * instead of in a pass of their own after them (docs/design.md). */
+ * instead of in a pass of their own after them (docs/design.md). stream
+ * as normalize's. */
 typedef void mk_pv_finish_fn(const float *p, ptrdiff_t ldp, int64_t m,
                              int64_t n, const float *v, ptrdiff_t ldv,
                              int64_t dv, const float *alpha, float *o,
                              ptrdiff_t ldo, const float *row_sum, float *out,
-                             ptrdiff_t ldout);
+                             ptrdiff_t ldout, int stream);
 /* Decode (few query rows). decode_qk: s[i][j] = sk_j *
  * sum_p q[i][p] * K[j][p], unscaled by the softmax scale, with key j's row
  * at k + j * ldk elements of type kt, or at k_rows[j] when the row
@@ -532,10 +536,11 @@ typedef struct mk_table {
      * a multiple of the packing panel. */
     int64_t block_q;
     int64_t block_k;
-    /* Query rows of the qk tile's strip (generic 4, avx2 6, neon 8,
-     * avx512 12), each read at every step of d: the engine copies strided
-     * rows together when that many of them would crowd one L1 set
-     * (engine/attention.c, stage_rows). */
+    /* Rows of the qk and linear tiles' strip (generic 4, avx2 6, neon 8,
+     * avx512 12), each read at every step of the depth: the engine copies
+     * strided rows together when that many of them would crowd one L1 set
+     * (mha_rows_crowd: q rows in engine/attention.c's stage_rows, a
+     * projection's input rows in engine/layer.c's project). */
     int64_t strip_rows;
     /* The most input rows the engine gives one linear call (a projection's
      * work item; fewer where that balances the threads). Every call

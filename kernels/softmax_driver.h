@@ -612,23 +612,25 @@ void MK_SM_UPDATE(float *s, ptrdiff_t lds, int64_t m, int64_t n, float scale,
 /*
  * out[i][c] = o[i][c] * (1 / row_sum[i]), or 0 when row_sum[i] == 0 (a
  * row with every key masked: exact zeros even if o holds NaN). MK_W
- * columns per vector, the tail through the _n primitives. With MK_V_STREAM,
- * blocks of more than MK_DECODE_ROWS rows (prefill) write whole 64-byte
- * aligned rows with non-temporal stores: the output rows are a page or more
- * apart and the engine does not read them back, so reading each line for
- * ownership first is wasted (docs/design.md). Decode's few rows, which the
- * caller reads next, stay cached. The value is the same either way.
+ * columns per vector, the tail through the _n primitives. With MK_V_STREAM
+ * and stream (the engine's choice: a prefill block's rows that nobody
+ * reads soon), whole 64-byte aligned rows go by non-temporal stores: the
+ * output rows are a page or more apart, so reading each line for
+ * ownership first is wasted (docs/design.md). The value is the same
+ * either way.
  * Preconditions: ldo >= 0 (0 repeats one row); ldout >= dv when m > 1.
  */
 void MK_SM_FN(normalize)(const float *o, ptrdiff_t ldo, int64_t m,
                          int64_t dv, const float *row_sum, float *out,
-                         ptrdiff_t ldout)
+                         ptrdiff_t ldout, int stream_rows)
 {
     assert(m >= 0 && dv >= 0 && ldo >= 0);
     assert(m == 0 || (o && row_sum && out));
     assert(m <= 1 || ldout >= dv);
 #if MK_V_STREAM
-    const int stream = m > MK_DECODE_ROWS && dv % MK_W == 0;
+    const int stream = stream_rows && m > 0 && dv % MK_W == 0;
+#else
+    (void)stream_rows;
 #endif
     for (int64_t i = 0; i < m; i++) {
         const float *src = o + i * ldo;

@@ -35,10 +35,10 @@
         const float *p, ptrdiff_t ldp, int64_t m, int64_t n,             \
         const float *v, ptrdiff_t ldv, int64_t dv, const float *alpha,   \
         float *o, ptrdiff_t ldo, const float *row_sum, float *out,       \
-        ptrdiff_t ldout)                                                 \
+        ptrdiff_t ldout, int stream)                                     \
     {                                                                    \
         mk_##isa##_pv_##tile(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);   \
-        mk_##isa##_normalize(o, ldo, m, dv, row_sum, out, ldout);        \
+        mk_##isa##_normalize(o, ldo, m, dv, row_sum, out, ldout, stream); \
     }
 
 #define MK_DECLARE_DECODE(isa)                                 \

@@ -232,7 +232,7 @@ MK_TD_INLINE void mk_td_pv_chunk(const int order, const unsigned narrow,
  * so, else through the ISA's strided(p, ldp, m, n, v, ldv, dv, alpha, o,
  * ldo) (rows copied in chunks, mk_td_pv_chunk). pv_finish's tiles of V
  * in place send their sums normalised to the output rows, streamed where
- * normalize would (a prefill block's rows), then MK_TILE_STREAM_FENCE;
+ * normalize would (stream set), then MK_TILE_STREAM_FENCE;
  * strided V is summed, then normalised (one more expansion of every tile
  * height for its last chunk took clang -O1 with ASan past 17 minutes on
  * the avx512 file). */
@@ -253,16 +253,16 @@ MK_TD_INLINE void mk_td_pv_chunk(const int order, const unsigned narrow,
         const float *p, ptrdiff_t ldp, int64_t m, int64_t n,                \
         const float *v, ptrdiff_t ldv, int64_t dv, const float *alpha,      \
         float *o, ptrdiff_t ldo, const float *row_sum, float *out,          \
-        ptrdiff_t ldout)                                                    \
+        ptrdiff_t ldout, int stream)                                        \
     {                                                                       \
         if (!in_place(m, n, ldv, dv)) {                                     \
             mk_##isa##_pv_##tile(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);  \
-            mk_##isa##_normalize(o, ldo, m, dv, row_sum, out, ldout);       \
+            mk_##isa##_normalize(o, ldo, m, dv, row_sum, out, ldout,        \
+                                 stream);                                   \
             return;                                                         \
         }                                                                   \
         mk_td_pv_check(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);            \
-        const mk_tile_finish fin = {row_sum, out, ldout,                    \
-                                    m > MK_DECODE_ROWS};                    \
+        const mk_tile_finish fin = {row_sum, out, ldout, stream != 0};      \
         mk_td_pv_in_place(order, 1, p, ldp, m, n, v, ldv, dv, alpha, o,     \
                           ldo, fin);                                        \
         if (fin.stream)                                                     \

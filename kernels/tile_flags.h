@@ -37,7 +37,7 @@ enum {
  * (or zeros where row_sum[r] == 0, whatever the sums) to out + r * ldout,
  * the product normalize forms, so the same bits (kernels.h, pv_finish).
  * stream: non-temporal stores for the full-width rows that start on a
- * 64-byte line (normalize's choice for a prefill block). */
+ * 64-byte line (normalize's, with the caller's stream). */
 typedef struct {
     const float *row_sum;
     float *out;

@@ -137,11 +137,12 @@ END_TEST
 
 /* ---- pv_finish -------------------------------------------------------- */
 
-/* pv_finish against the same table's pv then normalize, bit for bit (its
- * contract), V read in place (ldv == dv) and strided, output rows
- * unaligned and 64-byte aligned (the streamed stores), every third row's
- * sum 0 with a NaN in its accumulator (0 out, as normalize writes). The
- * padding of the output rows must stay untouched. */
+/* pv_finish against the same table's pv then normalize (plain stores),
+ * bit for bit (its contract), with and without stream, V read in place
+ * (ldv == dv) and strided, output rows unaligned and 64-byte aligned (the
+ * streamed stores), every third row's sum 0 with a NaN in its accumulator
+ * (0 out, as normalize writes). The padding of the output rows must stay
+ * untouched. */
 static void pv_finish_case(const table_set *ts, int64_t m, int64_t n,
                            int64_t dv, ptrdiff_t ldv, ptrdiff_t ldout,
                            test_rng *r)
@@ -172,21 +173,28 @@ static void pv_finish_case(const table_set *ts, int64_t m, int64_t n,
         fill_sentinel(want, span);
         memcpy(o, o0, (size_t)(m * ldo) * sizeof *o);
         t->pv(p, ldp, m, n, v, ldv, dv, alpha, o, ldo);
-        t->normalize(o, ldo, m, dv, l, want, ldout);
-        fill_sentinel(out, span + GUARD);
-        memcpy(o, o0, (size_t)(m * ldo) * sizeof *o);
-        t->pv_finish(p, ldp, m, n, v, ldv, dv, alpha, o, ldo, l, out, ldout);
-        int64_t diff = 0;
-        for (size_t e = 0; e < span; e++)
-            diff += memcmp(&out[e], &want[e], sizeof *out) != 0;
-        REQUIRE(diff == 0,
-                "pv_finish [%s] m %lld n %lld dv %lld ldv %td ldout %td: "
-                "%lld of %zu floats differ from pv then normalize",
-                mha_isa_name(ts->isa[x]), (long long)m, (long long)n,
-                (long long)dv, ldv, ldout, (long long)diff, span);
-        REQUIRE(count_changed(out + span, GUARD) == 0,
-                "pv_finish [%s] m %lld dv %lld: wrote past the rows",
-                mha_isa_name(ts->isa[x]), (long long)m, (long long)dv);
+        t->normalize(o, ldo, m, dv, l, want, ldout, 0);
+        for (int stream = 0; stream < 2; stream++) {
+            fill_sentinel(out, span + GUARD);
+            memcpy(o, o0, (size_t)(m * ldo) * sizeof *o);
+            t->pv_finish(p, ldp, m, n, v, ldv, dv, alpha, o, ldo, l, out,
+                         ldout, stream);
+            int64_t diff = 0;
+            for (size_t e = 0; e < span; e++)
+                diff += memcmp(&out[e], &want[e], sizeof *out) != 0;
+            REQUIRE(diff == 0,
+                    "pv_finish [%s] m %lld n %lld dv %lld ldv %td ldout %td "
+                    "stream %d: %lld of %zu floats differ from pv then "
+                    "normalize",
+                    mha_isa_name(ts->isa[x]), (long long)m, (long long)n,
+                    (long long)dv, ldv, ldout, stream, (long long)diff,
+                    span);
+            REQUIRE(count_changed(out + span, GUARD) == 0,
+                    "pv_finish [%s] m %lld dv %lld stream %d: wrote past "
+                    "the rows",
+                    mha_isa_name(ts->isa[x]), (long long)m, (long long)dv,
+                    stream);
+        }
     }
     free(out), free(o), free(want), free(p), free(v), free(alpha), free(l),
         free(o0);
@@ -246,7 +254,10 @@ START_TEST(normalize_edges)
                          "m %lld dv %lld ldo %td ldout %td", (long long)m,
                          (long long)dv, ldo, ldout);
                 float *out = out_buffer((size_t)(m * ldout));
-                ts.t[x].normalize(o, ldo, m, dv, l, out, ldout);
+                /* Streamed or not by turns (pv_finish_edges compares
+                 * both on 64-byte aligned rows bit for bit). */
+                ts.t[x].normalize(o, ldo, m, dv, l, out, ldout,
+                                  (int)((a + (size_t)p) % 2));
                 expect_both(&e, x == 0, out, gen, m, dv, ldout, want, mag,
                             exact);
                 if (x == 0)

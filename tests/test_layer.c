@@ -556,17 +556,25 @@ END_TEST
  * stride, a batch gap and the first row one element in (for a bf16 layer
  * on a table whose bf16 products read code pairs, rows at an odd stride
  * or a 2-byte-aligned address are copied into pairs first; no other case
- * reaches that copy). The padding holds NaN, so a read of it shows; the
- * output must equal the packed call's bit for bit (the same projections,
- * only their rows' addresses differ) and leave out's padding alone. */
+ * reaches that copy). An fp32 layer's query rows are 4 KiB apart
+ * instead, a stride that crowds every L1's sets (mha_rows_crowd), so its
+ * projection copies them first where the packed call reads its rows in
+ * place. The padding holds NaN, so a read of it shows; the output must
+ * equal the packed call's bit for bit (the same projections, only their
+ * rows' addresses differ) and leave out's padding alone. */
 typedef struct {
     int64_t ss, sb, off; /* in elements */
 } strided;
 
-static strided strided_for(int64_t w, int64_t rows, int64_t off)
+/* Rows of w elements at an odd stride, or with crowd at the next multiple
+ * of 1024 elements. */
+static strided strided_for(int64_t w, int64_t rows, int64_t off, int crowd)
 {
     strided g;
-    g.ss = w % 2 == 0 ? w + 1 : w + 2;
+    if (crowd)
+        g.ss = (w / 1024 + 1) * 1024;
+    else
+        g.ss = w % 2 == 0 ? w + 1 : w + 2;
     g.sb = rows * g.ss + 3;
     g.off = off;
     return g;
@@ -641,9 +649,10 @@ START_TEST(layer_strided_rows)
     }
     const uint16_t nan16 = 0x7FC1u;
     const float nan32 = NAN;
-    strided gq = strided_for(E, c->lq, 1), gk = strided_for(kdim, c->lk, 1),
-            gv = strided_for(vdim, c->lk, 1),
-            go = strided_for(E + 2, c->lq, 2);
+    strided gq = strided_for(E, c->lq, 1, !bf16),
+            gk = strided_for(kdim, c->lk, 1, 0),
+            gv = strided_for(vdim, c->lk, 1, 0),
+            go = strided_for(E + 2, c->lq, 2, 0);
     void *sq = lay_out(q, es, c->b, c->lq, E, gq, nan16, nan32, NULL);
     void *sk = c->self ? sq
                        : lay_out(k, es, c->b, c->lk, kdim, gk, nan16, nan32,
