@@ -548,6 +548,8 @@ typedef struct {
 static mha_status layer_prepare(const mha_layer *layer,
                                 const mha_layer_args *args, layer_call *c)
 {
+    /* IEEE whatever flush_subnormals, as mha_validate_attention. */
+    MHA_FPENV_SCOPE(0);
     if (!layer || !args)
         return mha_fail(MHA_ERR_NULL_POINTER, "%s is NULL",
                         !layer ? "layer" : "args");

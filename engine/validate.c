@@ -653,6 +653,10 @@ void mha_problem_init(mha_problem *p, const mha_tensor *q,
 mha_status mha_validate_attention(const mha_attention_args *args,
                                   mha_problem *p)
 {
+    /* Arguments are read as IEEE values whatever the engine's
+     * flush_subnormals, so a call is accepted or refused alike either way
+     * (docs/design.md, "The floating-point environment"). */
+    MHA_FPENV_SCOPE(0);
     if (!args)
         return mha_fail(MHA_ERR_NULL_POINTER, "args is NULL");
     const mha_tensor *q = &args->q, *k = &args->k, *v = &args->v,

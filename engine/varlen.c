@@ -205,6 +205,8 @@ static int64_t seq_keys(const mha_varlen_args *a, int64_t b)
 
 static mha_status validate_varlen(const mha_varlen_args *a, mha_problem *p)
 {
+    /* IEEE whatever flush_subnormals, as mha_validate_attention. */
+    MHA_FPENV_SCOPE(0);
     if (!a)
         return mha_fail(MHA_ERR_NULL_POINTER, "args is NULL");
     if (a->batch < 1)

@@ -106,7 +106,10 @@ typedef struct mha_config {
     /* 0: subnormal floats computed as IEEE has them (x86 takes a microcode
      * assist on each, up to 80x slower when most inputs are subnormal);
      * nonzero: subnormal inputs and results read as 0 (x86's DAZ and FTZ,
-     * AArch64's FPCR.FZ), MHA_ERR_UNSUPPORTED where the CPU cannot. */
+     * AArch64's FPCR.FZ), MHA_ERR_UNSUPPORTED where the CPU cannot.
+     * Arguments are checked in IEEE either way: a call is accepted or
+     * refused alike, and a subnormal scale is a scale (its products then
+     * read as 0), not the default. */
     int flush_subnormals;
 } mha_config;
 

@@ -688,6 +688,130 @@ START_TEST(flush_subnormals_reads_them_as_zero)
 }
 END_TEST
 
+/* The flush is the computing's, not the checking's: a call is accepted
+ * or refused alike by an engine that flushes and one that does not
+ * (validation reads arguments in IEEE). Under DAZ a comparison reads a
+ * subnormal as 0, and before, a softcap of 1e-40 (below 1/FLT_MAX) was
+ * refused by one and passed as "off" by the other, a subnormal K scale
+ * the reverse, and a subnormal scale became the default 1/sqrt(d). Now
+ * the softcap is refused by both (attention, varlen, the layer), the
+ * int8 K's subnormal scale accepted by both, and a subnormal scale is the
+ * call's, read as 0 by the flushed kernels: even weights, every output
+ * row the mean of the value rows, which the default scale is not. */
+START_TEST(flush_subnormals_checks_arguments_alike)
+{
+#if !defined(__x86_64__) && !defined(__i386__) && !defined(__aarch64__)
+    printf("threads: flush_subnormals is unsupported on this CPU: not run\n");
+    return;
+#endif
+    enum { L = 9, H = 2, D = 8, E = H * D };
+    const size_t n = (size_t)L * H * D;
+    test_rng r;
+    rng_seed(&r, 91);
+    float *q = random_floats(&r, n), *k = random_floats(&r, n);
+    float *v = random_floats(&r, n), *out = test_alloc(n * 4);
+    int8_t *k8 = test_alloc(n);
+    float *kscale = test_alloc((size_t)L * H * 4);
+    for (size_t i = 0; i < n; i++)
+        k8[i] = (int8_t)(i * 7 % 255 - 127);
+    for (int64_t i = 0; i < L * H; i++)
+        kscale[i] = 1e-40f;
+    float *w_in = random_floats(&r, 3 * E * E);
+    float *w_out = random_floats(&r, E * E);
+    const mha_score_terms cap = {.softcap = 1e-40f};
+    const int32_t cu[2] = {0, L};
+    mha_isa isas[TEST_MAX_ISAS];
+    int n_isa = available_isas(isas);
+    for (int t = 0; t < n_isa; t++) {
+        const char *isa = mha_isa_name(isas[t]);
+        for (int flush = 0; flush < 2; flush++) {
+            mha_engine *e = make_flush_engine(isas[t], 1, flush);
+            mha_attention_args a = {0};
+            a.q = mha_tensor_bshd(q, 1, L, H, D);
+            a.k = mha_tensor_bshd(k, 1, L, H, D);
+            a.v = mha_tensor_bshd(v, 1, L, H, D);
+            a.out = mha_tensor_bshd(out, 1, L, H, D);
+            a.terms = &cap;
+            ck_assert_msg(mha_attention(e, &a) == MHA_ERR_BAD_ARGUMENT &&
+                              strstr(mha_last_error(), "terms.softcap"),
+                          "[%s] flush %d: a softcap of 1e-40: %s", isa,
+                          flush, mha_last_error());
+            mha_varlen_args va = {.batch = 1, .q = a.q, .cu_seqlens_q = cu,
+                                  .k = a.k, .v = a.v, .cu_seqlens_k = cu,
+                                  .out = a.out, .terms = &cap};
+            va.q.seq = va.k.seq = va.v.seq = va.out.seq = L;
+            va.q.batch = va.k.batch = va.v.batch = va.out.batch = 1;
+            ck_assert_msg(mha_attention_varlen(e, &va) ==
+                                  MHA_ERR_BAD_ARGUMENT &&
+                              strstr(mha_last_error(), "terms.softcap"),
+                          "[%s] flush %d: varlen, a softcap of 1e-40: %s",
+                          isa, flush, mha_last_error());
+            mha_layer_desc desc = {.embed_dim = E, .num_heads = H,
+                                   .in_proj_weight = w_in,
+                                   .out_proj_weight = w_out};
+            mha_layer *ly;
+            ck_assert_int_eq(mha_layer_create(e, &desc, &ly), MHA_OK);
+            mha_layer_args la = {.query = q, .key = q, .value = q,
+                                 .out = out, .batch = 1, .lq = L, .lk = L,
+                                 .terms = &cap};
+            ck_assert_msg(mha_layer_forward_ex(ly, &la) ==
+                                  MHA_ERR_BAD_ARGUMENT &&
+                              strstr(mha_last_error(), "terms.softcap"),
+                          "[%s] flush %d: layer, a softcap of 1e-40: %s",
+                          isa, flush, mha_last_error());
+            mha_layer_destroy(ly);
+
+            a.terms = NULL;
+            mha_attention_args a8 = a;
+            a8.k = mha_tensor_bshd_typed(k8, MHA_I8, 1, L, H, D);
+            a8.k.scales = (mha_scales){kscale, L * H, H, 1};
+            ck_assert_msg(mha_attention(e, &a8) == MHA_OK,
+                          "[%s] flush %d: an int8 K of scale 1e-40: %s",
+                          isa, flush, mha_last_error());
+
+            /* A subnormal scale: even weights (flushed or not, since
+             * 1e-40 times a score of order 1 is 0 beside the maximum's
+             * 0 in exp), never the default scale's. */
+            a.scale = 1e-40f;
+            ck_assert_int_eq(mha_attention(e, &a), MHA_OK);
+            double off_mean = 0.0;
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t c = 0; c < D; c++) {
+                    double mean = 0.0;
+                    for (int64_t j = 0; j < L; j++)
+                        mean += v[(j * H + h) * D + c];
+                    mean /= L;
+                    for (int64_t i = 0; i < L; i++) {
+                        double got = out[(i * H + h) * D + c];
+                        REQUIRE(fabs(got - mean) <= 1e-6 + 1e-5 * fabs(mean),
+                                "[%s] flush %d: scale 1e-40, out[%lld, "
+                                "%lld, %lld] = %.9g, want the mean %.9g",
+                                isa, flush, (long long)i, (long long)h,
+                                (long long)c, got, mean);
+                    }
+                }
+            a.scale = 0.0f; /* the default, 1/sqrt(D) */
+            ck_assert_int_eq(mha_attention(e, &a), MHA_OK);
+            for (int64_t i = 0; i < L; i++) {
+                double mean = 0.0;
+                for (int64_t j = 0; j < L; j++)
+                    mean += v[j * H * D];
+                off_mean += fabs(out[i * H * D] - mean / L);
+            }
+            ck_assert_msg(off_mean > 1e-3,
+                          "[%s] flush %d: the default scale gave even "
+                          "weights too (%g): the check above proves nothing",
+                          isa, flush, off_mean);
+            mha_engine_destroy(e);
+        }
+    }
+    float *bufs[] = {q, k, v, out, kscale, w_in, w_out};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    free(k8);
+}
+END_TEST
+
 Suite *suite_threads(void)
 {
     Suite *s = suite_create("threads");
@@ -697,6 +821,7 @@ Suite *suite_threads(void)
     tcase_add_test(tc, concurrent_callers_share_a_kept_workspace);
     tcase_add_test(tc, caller_fp_environment_changes_nothing);
     tcase_add_test(tc, flush_subnormals_reads_them_as_zero);
+    tcase_add_test(tc, flush_subnormals_checks_arguments_alike);
     suite_add_tcase(s, tc);
     return s;
 }
