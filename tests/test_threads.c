@@ -692,10 +692,10 @@ END_TEST
  * or refused alike by an engine that flushes and one that does not
  * (validation reads arguments in IEEE). Under DAZ a comparison reads a
  * subnormal as 0, and before, a softcap of 1e-40 (below 1/FLT_MAX) was
- * refused by one and passed as "off" by the other, a subnormal K scale
- * the reverse, and a subnormal scale became the default 1/sqrt(d). Now
- * the softcap is refused by both (attention, varlen, the layer), the
- * int8 K's subnormal scale accepted by both, and a subnormal scale is the
+ * refused by one and passed as "off" by the other, and a subnormal scale
+ * became the default 1/sqrt(d). Now the softcap is refused by both
+ * (attention, varlen, the layer), the int8 K's subnormal scale (checked
+ * by its bits) accepted by both, and a subnormal scale is the
  * call's, read as 0 by the flushed kernels: even weights, every output
  * row the mean of the value rows, which the default scale is not. */
 START_TEST(flush_subnormals_checks_arguments_alike)
