@@ -66,14 +66,6 @@ typedef struct {
  * the same). */
 #define MHA_COPY_AHEAD 8
 
-/* Whether a prefill block of `rows` query rows copies its fp32 values
- * (prefill.c, gather_rows, which fetches ahead) rather than reading them
- * in place: few rows (grouped decode with more than MK_DECODE_ROWS query
- * rows a kv head, short prompts) over dense rows a page or more apart (a
- * [B, L, H, D] cache), which the hardware prefetchers do not follow and
- * the P.V tile does not fetch. Group 16 from [B, L, H, D] read 1.2x
- * faster copied; a full block's P.V hides the wait itself (Zen 4,
- * docs/benchmarks.md). */
 /* Whether a block of `rows` fp32 output (or weights) rows goes to memory
  * by non-temporal stores (the stream argument of normalize and
  * pv_finish): a prefill block's rows, a page or more apart, which the
@@ -87,6 +79,14 @@ static inline int mha_streams_out(const mha_problem *p, int64_t rows)
     return rows > MK_DECODE_ROWS && !p->out_read_next;
 }
 
+/* Whether a prefill block of `rows` query rows copies its fp32 values
+ * (prefill.c, gather_rows, which fetches ahead) rather than reading them
+ * in place: few rows (grouped decode with more than MK_DECODE_ROWS query
+ * rows a kv head, short prompts) over dense rows a page or more apart (a
+ * [B, L, H, D] cache), which the hardware prefetchers do not follow and
+ * the P.V tile does not fetch. Group 16 from [B, L, H, D] read 1.2x
+ * faster copied; a full block's P.V hides the wait itself (Zen 4,
+ * docs/benchmarks.md). */
 #define GATHER_V_ROWS (2 * MK_DECODE_ROWS)
 #define GATHER_V_STRIDE_BYTES 4096
 static inline int mha_gathers_values(const mha_problem *p, int64_t rows)

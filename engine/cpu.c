@@ -236,17 +236,17 @@ int mha_cpu_l1d_ways(int64_t *way_bytes)
 }
 
 /* Whether rows `stride` bytes apart crowd the L1 sets a register tile
- * reads them through, strip rows at every step of its depth (q rows in
- * qk, a projection's input rows in linear): rows a multiple of a
- * way's bytes apart (4 KiB: 64 sets of 64-byte lines, in a 32 KiB 8-way
- * or 48 KiB 12-way L1) share one set, a stride whose lowest set bit below
- * that is b repeats a set every way / b rows, and more than half the ways
- * of a strip in one set leave the tile's panel (keys, weights) too few. On Zen 4's 8 ways,
- * 12 rows 4 or 2 KiB apart or 6 and 8 rows 4 KiB apart (32 heads of 128,
- * 16 or 8 of 64) computed 1.05-1.20x copied on AVX-512; rows that do not
- * crowd (avx2 at 2 KiB, avx512 at 3 KiB) computed level, the copy 1.5-2%
- * of perf's samples for nothing. On Intel's 12 ways, 6 avx512 rows a set
- * (2 KiB apart) computed 1.01-1.03x in place and 6 avx2 rows level
+ * reads them through, strip rows at every step of its depth (q rows in qk,
+ * a projection's input rows in linear): rows a multiple of a way's bytes
+ * apart (4 KiB: 64 sets of 64-byte lines, in a 32 KiB 8-way or 48 KiB
+ * 12-way L1) share one set, a stride whose lowest set bit below that is b
+ * repeats a set every way / b rows, and more than half the ways of a strip
+ * in one set leave the tile's panel (keys, weights) too few. On Zen 4's 8
+ * ways, 12 rows 4 or 2 KiB apart or 6 and 8 rows 4 KiB apart (32 heads of
+ * 128, 16 or 8 of 64) computed 1.05-1.20x copied on AVX-512; rows that do
+ * not crowd (avx2 at 2 KiB, avx512 at 3 KiB) computed level, the copy
+ * 1.5-2% of perf's samples for nothing. On Intel's 12 ways, 6 avx512 rows
+ * a set (2 KiB apart) computed 1.01-1.03x in place and 6 avx2 rows level
  * (docs/benchmarks.md). */
 int mha_rows_crowd(int64_t stride, int64_t strip)
 {
