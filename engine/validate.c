@@ -397,12 +397,13 @@ static mha_status check_terms(const mha_score_terms *t, int64_t batch,
     if (t->softcap < 0.0f)
         return mha_fail(MHA_ERR_BAD_ARGUMENT,
                         "terms.softcap (%g) is negative", (double)t->softcap);
-    /* The kernels scale by 1 / softcap: it must be finite (a score of 0
-     * times an infinite reciprocal would be NaN). */
-    if (t->softcap > 0.0f && !(1.0f / t->softcap <= FLT_MAX))
+    /* A normal cap: its reciprocal is finite (a score of 0 times an
+     * infinite one would be NaN), and a flushing engine reads it as the
+     * cap it is (under DAZ a subnormal cap is 0: off). */
+    if (t->softcap > 0.0f && t->softcap < FLT_MIN)
         return mha_fail(MHA_ERR_BAD_ARGUMENT,
-                        "terms.softcap (%g) is below 1/FLT_MAX: its "
-                        "reciprocal overflows",
+                        "terms.softcap (%g) is below FLT_MIN: a subnormal "
+                        "cap",
                         (double)t->softcap);
     /* Positions stay far from overflow: a quarter of the int64 range. */
     const int64_t far = INT64_MAX / 4;

@@ -229,8 +229,8 @@ void terms_model(terms_case *tc, const attention_case *c, fault_list *f,
         add_fault(f, MHA_ERR_BAD_ARGUMENT, "terms.align is not an mha_align");
     if (!isfinite(t->softcap) || t->softcap < 0.0f)
         add_fault(f, MHA_ERR_BAD_ARGUMENT, "softcap negative or not finite");
-    else if (t->softcap > 0.0f && !(1.0f / t->softcap <= FLT_MAX))
-        add_fault(f, MHA_ERR_BAD_ARGUMENT, "softcap's reciprocal overflows");
+    else if (t->softcap > 0.0f && t->softcap < FLT_MIN)
+        add_fault(f, MHA_ERR_BAD_ARGUMENT, "softcap subnormal");
     if (t->key_offset < 0 || t->key_offset > FAR)
         add_fault(f, MHA_ERR_BAD_ARGUMENT, "key_offset outside [0, 2^61)");
     if (t->key_total != 0 &&

@@ -328,8 +328,8 @@ typedef enum mha_align {
  * sink: key blocks skipped by lengths, causal masks and windows are never
  * read); weights rows sum to less than 1 (the sink's
  * share is not a key's). Invalid values (negative extents other than -1,
- * a softcap that is negative, not finite or below 1/FLT_MAX, non-finite
- * slopes or sinks,
+ * a softcap that is negative, not finite or subnormal (0 < softcap <
+ * FLT_MIN), non-finite slopes or sinks,
  * a window flag or align outside its enum) are refused with a message
  * naming the field. */
 typedef struct mha_score_terms {
@@ -337,7 +337,7 @@ typedef struct mha_score_terms {
     int64_t window_left;          /* keys before i'; -1: unbounded */
     int64_t window_right;         /* keys after i'; -1: unbounded */
     mha_align align;              /* i' for the window and ALiBi */
-    float softcap;                /* 0: off; else > 0 and finite */
+    float softcap;                /* 0: off; else normal and finite */
     const float *alibi_slopes;    /* [B, H] slopes (element (b, h) at
                                      b*alibi_stride_batch + h; stride 0:
                                      one [H] row for every batch) or NULL */

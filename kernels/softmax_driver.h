@@ -19,6 +19,8 @@
  *   mk_v_keep(keep, n)       the mask of lanes j < n with keep[j] != 0
  *                            (reads n bytes, n <= MK_W)
  *   mk_v_sel(m, x, y)        x in the lanes of m, y elsewhere
+ *   mk_v_abs_lt(x, s)        the mask of lanes with |x| < s (s >= 0; not
+ *                            NaN's lanes)
  *   mk_v_add, mk_v_sub, mk_v_mul(x, y)
  *   mk_v_fma(a, b, c)        a * b + c
  *   mk_v_max(x, acc)         lane-wise max, acc where x is NaN
@@ -128,12 +130,28 @@ MK_SM_INLINE MK_V sm_scaled(const float *s, const float *bias,
 
 /* The score terms of one row (docs/design.md, "Score terms"): the
  * softcap (0: off) and the ALiBi slope with the distance j - i' of the
- * row's first visible key (slope 0 with alibi off). */
+ * row's first visible key (slope 0 with alibi off). The cap's constants
+ * (sm_terms_of) keep every intermediate of cap * tanh(x / cap) normal for
+ * normal x, so flushed subnormals change no bit of it. */
 typedef struct {
     int on;
-    float cap, inv_cap, slope;
+    float cap, pre, inv_cap, small, slope;
     int64_t dist0;
 } sm_terms;
+
+/* x / cap as (x * pre) * inv_cap: pre = 2^-64 above 2^64 keeps inv_cap
+ * at 2^-64 or more (1 / FLT_MAX is subnormal, and FTZ made it 0: every
+ * score 0). Below small = cap 2^-12, tanh(y) = y - y^3 / 3 rounds to y,
+ * so x is the capped score and y, which may be subnormal there, is not
+ * used. Validation keeps cap normal. */
+static inline sm_terms sm_terms_of(int on, float cap)
+{
+    const int big = cap > 0x1p64f;
+    sm_terms tm = {on, cap, big ? 0x1p-64f : 1.0f,
+                   cap > 0.0f ? (big ? 0x1p64f : 1.0f) / cap : 0.0f,
+                   cap * 0x1p-12f, 0.0f, 0};
+    return tm;
+}
 
 /* 0, 1, ..., MK_W - 1: the lanes' key offsets within a chunk. */
 static const float sm_iota[16] = {0, 1, 2,  3,  4,  5,  6,  7,
@@ -152,9 +170,12 @@ MK_SM_INLINE MK_V sm_scaled_terms(const float *s, const float *bias,
     const MK_V ninf = mk_v_set1(-INFINITY);
     const int full = cnt == MK_W;
     MK_V x = mk_v_mul(vscale, full ? mk_v_load(s) : mk_v_load_n(s, cnt));
-    if (tm->cap > 0.0f)
-        x = mk_v_mul(mk_v_set1(tm->cap),
-                     mk_v_tanh(mk_v_mul(x, mk_v_set1(tm->inv_cap))));
+    if (tm->cap > 0.0f) {
+        const MK_V y = mk_v_mul(mk_v_mul(x, mk_v_set1(tm->pre)),
+                                mk_v_set1(tm->inv_cap));
+        x = mk_v_sel(mk_v_abs_lt(x, mk_v_set1(tm->small)), x,
+                     mk_v_mul(mk_v_set1(tm->cap), mk_v_tanh(y)));
+    }
     if (tm->slope != 0.0f)
         x = mk_v_fma(mk_v_set1(tm->slope),
                      mk_v_add(mk_v_set1((float)dist), mk_v_load(sm_iota)), x);
@@ -553,9 +574,7 @@ void MK_SM_UPDATE(float *s, ptrdiff_t lds, int64_t m, int64_t n, float scale,
                          !terms &&
                          scale > 0.0f && scale < INFINITY;
     const sm_base2 b2 = sm_base2_of(unscaled ? scale : 1.0f);
-    sm_terms tm = {terms, mask->softcap,
-                   mask->softcap > 0.0f ? 1.0f / mask->softcap : 0.0f, 0.0f,
-                   0};
+    sm_terms tm = sm_terms_of(terms, mask->softcap);
     for (int64_t i0 = 0; i0 < m; i0 += MK_W) {
         const int64_t rows = m - i0 < MK_W ? m - i0 : MK_W;
         float arg[MK_W], sum[MK_W], e[MK_W];

@@ -134,6 +134,11 @@ static void softcap_subnormal(attn_call *c)
 {
     use_terms(c, (mha_score_terms){.softcap = 1e-40f});
 }
+/* Above 1/FLT_MAX (accepted until a flushing engine read it as 0: off). */
+static void softcap_subnormal_big(attn_call *c)
+{
+    use_terms(c, (mha_score_terms){.softcap = 5e-39f});
+}
 static void softcap_neg(attn_call *c)
 {
     use_terms(c, (mha_score_terms){.softcap = -1.0f});
@@ -322,6 +327,8 @@ static const attn_bad BAD[] = {
      softcap_inf},
     {{"terms.softcap 1e-40", MHA_ERR_BAD_ARGUMENT, "terms.softcap"}, {{0}},
      softcap_subnormal},
+    {{"terms.softcap 5e-39", MHA_ERR_BAD_ARGUMENT, "terms.softcap"}, {{0}},
+     softcap_subnormal_big},
     {{"terms.softcap -1", MHA_ERR_BAD_ARGUMENT, "terms.softcap"}, {{0}},
      softcap_neg},
     {{"terms.alibi_slopes inf", MHA_ERR_BAD_ARGUMENT, "terms.alibi_slopes"},

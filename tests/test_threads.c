@@ -13,12 +13,14 @@
  */
 #define _GNU_SOURCE /* feenableexcept */
 #include <fenv.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "oracle.h"
 #include "util.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -812,6 +814,73 @@ START_TEST(flush_subnormals_checks_arguments_alike)
 }
 END_TEST
 
+/* A softcap keeps normal data's bits on a flushing engine. Before, the
+ * kernels multiplied by 1 / cap, subnormal for caps above 1/FLT_MIN, and
+ * scores below cap * FLT_MIN gave subnormal quotients: FTZ made them 0,
+ * and outputs of caps from 1e37 up moved by up to 0.37 (1e38: every score
+ * 0). Here every cap, from FLT_MIN (scores near 0: even weights) to
+ * FLT_MAX (no cap in effect), gives the same bits flushed or not, on one
+ * and two threads, and the double oracle's values. */
+START_TEST(flush_subnormals_keeps_softcaps)
+{
+#if !defined(__x86_64__) && !defined(__i386__) && !defined(__aarch64__)
+    printf("threads: flush_subnormals is unsupported on this CPU: not run\n");
+    return;
+#endif
+    enum { B = 2, LQ = 19, LK = 37, H = 2, D = 16 };
+    const size_t nq = (size_t)B * LQ * H * D, nk = (size_t)B * LK * H * D;
+    test_rng r;
+    rng_seed(&r, 93);
+    float *q = random_floats(&r, nq), *k = random_floats(&r, nk);
+    float *v = random_floats(&r, nk);
+    /* Scores from 1e-3 to about 30: every cap below sees them capped,
+     * every cap from 2^64 up leaves them as they are. */
+    for (size_t i = 0; i < nq; i++)
+        q[i] *= (float)(i % 7 == 0 ? 1e-3 : 4.0);
+    float *want = test_alloc(nq * 4), *got = test_alloc(nq * 4);
+    double *ref = malloc(nq * sizeof *ref);
+    ck_assert_ptr_nonnull(ref);
+    const float caps[] = {FLT_MIN, 1e-3f, 1.0f, 30.0f, 0x1p64f, 0x1p65f,
+                          1e37f, 1e38f, FLT_MAX};
+    mha_mask causal = {.causal = MHA_CAUSAL_BOTTOM_RIGHT};
+    mha_attention_args a = {0};
+    a.q = mha_tensor_bshd(q, B, LQ, H, D);
+    a.k = mha_tensor_bshd(k, B, LK, H, D);
+    a.v = mha_tensor_bshd(v, B, LK, H, D);
+    a.out = mha_tensor_bshd(want, B, LQ, H, D);
+    a.mask = &causal;
+    mha_isa isas[TEST_MAX_ISAS];
+    int n_isa = available_isas(isas);
+    for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ci++) {
+        const mha_score_terms terms = {.softcap = caps[ci]};
+        a.terms = &terms;
+        oracle_attention_lse(&a, ref, NULL, NULL);
+        for (int t = 0; t < n_isa; t++) {
+            const char *isa = mha_isa_name(isas[t]);
+            mha_engine *ieee = make_flush_engine(isas[t], 1, 0);
+            attend(ieee, &a, k, v, want);
+            for (size_t i = 0; i < nq; i++)
+                REQUIRE(fabs(want[i] - ref[i]) <=
+                            TOL_ATTN_ABS + TOL_ATTN_REL * fabs(ref[i]),
+                        "[%s] cap %g: out[%zu] = %.9g, oracle %.9g", isa,
+                        (double)caps[ci], i, (double)want[i], ref[i]);
+            for (int threads = 1; threads <= 2; threads++) {
+                mha_engine *fl = make_flush_engine(isas[t], threads, 1);
+                attend(fl, &a, k, v, got);
+                for (size_t i = 0; i < nq; i++)
+                    REQUIRE(memcmp(&want[i], &got[i], 4) == 0,
+                            "[%s] cap %g, %d threads: out[%zu] = %.9g "
+                            "flushed, %.9g not", isa, (double)caps[ci],
+                            threads, i, (double)got[i], (double)want[i]);
+                mha_engine_destroy(fl);
+            }
+            mha_engine_destroy(ieee);
+        }
+    }
+    free(q), free(k), free(v), free(want), free(got), free(ref);
+}
+END_TEST
+
 Suite *suite_threads(void)
 {
     Suite *s = suite_create("threads");
@@ -822,6 +891,7 @@ Suite *suite_threads(void)
     tcase_add_test(tc, caller_fp_environment_changes_nothing);
     tcase_add_test(tc, flush_subnormals_reads_them_as_zero);
     tcase_add_test(tc, flush_subnormals_checks_arguments_alike);
+    tcase_add_test(tc, flush_subnormals_keeps_softcaps);
     suite_add_tcase(s, tc);
     return s;
 }

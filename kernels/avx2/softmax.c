@@ -41,6 +41,11 @@ MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y)
 {
     return _mm256_blendv_ps(y, x, _mm256_castsi256_ps(m));
 }
+MK_INLINE MK_VM mk_v_abs_lt(MK_V x, MK_V s)
+{
+    const __m256 abs = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+    return _mm256_castps_si256(_mm256_cmp_ps(abs, s, _CMP_LT_OQ));
+}
 #define mk_v_add _mm256_add_ps
 #define mk_v_sub _mm256_sub_ps
 #define mk_v_mul _mm256_mul_ps

@@ -43,6 +43,10 @@ MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y)
 {
     return _mm512_mask_blend_ps(m, y, x);
 }
+MK_INLINE MK_VM mk_v_abs_lt(MK_V x, MK_V s)
+{
+    return _mm512_cmp_ps_mask(_mm512_abs_ps(x), s, _CMP_LT_OQ);
+}
 #define mk_v_add _mm512_add_ps
 #define mk_v_sub _mm512_sub_ps
 #define mk_v_mul _mm512_mul_ps

@@ -66,6 +66,7 @@ MK_INLINE MK_VM mk_v_keep(const uint8_t *keep, int64_t n)
     return n > 0 && *keep != 0;
 }
 MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y) { return m ? x : y; }
+MK_INLINE MK_VM mk_v_abs_lt(MK_V x, MK_V s) { return fabsf(x) < s; }
 MK_INLINE MK_V mk_v_add(MK_V x, MK_V y) { return x + y; }
 MK_INLINE MK_V mk_v_sub(MK_V x, MK_V y) { return x - y; }
 MK_INLINE MK_V mk_v_mul(MK_V x, MK_V y) { return x * y; }

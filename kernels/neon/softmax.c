@@ -45,6 +45,7 @@ MK_INLINE MK_VM mk_v_keep(const uint8_t *keep, int64_t n)
     return vmvnq_u32(vceqzq_u32(vmovl_u16(vget_low_u16(wide))));
 }
 MK_INLINE MK_V mk_v_sel(MK_VM m, MK_V x, MK_V y) { return vbslq_f32(m, x, y); }
+MK_INLINE MK_VM mk_v_abs_lt(MK_V x, MK_V s) { return vcaltq_f32(x, s); }
 MK_INLINE MK_V mk_v_add(MK_V x, MK_V y) { return vaddq_f32(x, y); }
 MK_INLINE MK_V mk_v_sub(MK_V x, MK_V y) { return vsubq_f32(x, y); }
 MK_INLINE MK_V mk_v_mul(MK_V x, MK_V y) { return vmulq_f32(x, y); }
