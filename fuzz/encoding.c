@@ -84,12 +84,22 @@ int threads_of_code(unsigned code)
     return thread_values[code % N_THREADS];
 }
 
+int flush_of_code(unsigned code)
+{
+    return (int)(code / N_THREADS % 2);
+}
+
 unsigned threads_code(int threads)
 {
     for (unsigned i = 0; i < N_THREADS; i++)
         if (thread_values[i] == threads)
             return i;
     return no_code("threads", threads);
+}
+
+unsigned engine_threads_code(int threads, int flush)
+{
+    return threads_code(threads) + (flush ? N_THREADS : 0);
 }
 
 /* Codes 0 and 1 give fp32: many requests keep fp32 K/V. The quantised

@@ -34,9 +34,13 @@ int isa_is_valid(mha_isa isa);
 unsigned isa_code(mha_isa isa);            /* AUTO or a listed ISA */
 unsigned isa_special_code(isa_special s);
 
-/* Thread counts: valid ones, negative ones, one past MHA_MAX_THREADS. */
+/* Thread counts: valid ones, negative ones, one past MHA_MAX_THREADS.
+ * The same byte's quotient by their number gives flush_subnormals (bit
+ * 0), so codes below it (every seed before the flush) keep 0. */
 int threads_of_code(unsigned code);
+int flush_of_code(unsigned code);
 unsigned threads_code(int threads);
+unsigned engine_threads_code(int threads, int flush);
 
 mha_dtype dtype_of(unsigned code); /* 3 bits */
 unsigned dtype_code(int dtype);

@@ -45,6 +45,33 @@ int key_class(const mha_mask *m, int64_t b, int64_t h, int64_t i,
     return KEY_VISIBLE;
 }
 
+/* How far a flushing engine's score of query row q and key row k (d
+ * elements, subnormal-free) may stand from the oracle's. The whole score
+ * when the scale, or the scale times a K scale, is subnormal: the kernels
+ * read that factor as 0. Else the quantities FTZ drops on the way, each
+ * below FLT_MIN (products, partial sums, q times the scale, codes times
+ * their scale: at most 2d + 4 of them in a score, however a kernel orders
+ * its factors), each then multiplied by what may follow it: the scale
+ * and K's scale, an element of k or a code times its scale, or an element
+ * of q times the scale (and a subnormal K scale, read as 0, drops codes
+ * times it); and a subnormal bias, ALiBi slope (times distances below
+ * 2^62) or sink read as 0. The softcap passes errors on unchanged or
+ * shrunk (docs/design.md, "Score terms": its own steps stay normal). */
+static double flush_slack(const oracle_problem *p, const double *q,
+                          const double *k, double dabs)
+{
+    const double s = fabs(p->scale), sk = p->sk_hi, cm = p->code_max;
+    double qmax = 0.0, kmax = 0.0;
+    for (int64_t c = 0; c < p->d; c++) {
+        qmax = fabs(q[c]) > qmax ? fabs(q[c]) : qmax;
+        kmax = fabs(k[c]) > kmax ? fabs(k[c]) : kmax;
+    }
+    double whole = s < FLT_MIN || s * p->sk_lo < FLT_MIN ? s * dabs : 0.0;
+    double each = (1.0 + s) * (1.0 + sk) + kmax + cm * sk +
+                  qmax * s * (1.0 + sk + cm);
+    return whole + FLT_MIN * (double)(2 * p->d + 4) * each + 1e-18;
+}
+
 /* What each output element ([B, Lq, H, dv]) and weight ([B, H, Lq, Lk],
  * when weights is non-NULL) must be: the support oracle's value where only
  * moderate finite values reach it, else NaN, anything, or exactly zero by
@@ -73,7 +100,7 @@ void oracle(const oracle_problem *p, want *out, want *weights)
                 int qflag = flag_of_row(q, d);
                 int row_nan = 0, row_may = qflag != 0;
                 int64_t nvis = 0, nneg = 0;
-                double mag = 0.0;
+                double mag = 0.0, flushed = 0.0;
                 for (int64_t j = 0; j < Lk; j++) {
                     double bj;
                     cls[j] = key_class(km, b, h, i, j, Lq, Lk, &bj);
@@ -100,6 +127,10 @@ void oracle(const oracle_problem *p, want *out, want *weights)
                     if (!(m <= 1e37)) /* floats cannot hold the scores */
                         row_may = 1;
                     mag = m > mag ? m : mag;
+                    if (p->flush) {
+                        double f = flush_slack(p, q, k, dabs);
+                        flushed = f > flushed ? f : flushed;
+                    }
                 }
                 const int64_t o_at = ((b * Lq + i) * H + h) * dv;
                 const int64_t w_at = ((b * H + h) * Lq + i) * Lk;
@@ -145,6 +176,12 @@ void oracle(const oracle_problem *p, want *out, want *weights)
                 double slack = excess > 0 ? 2.0 * (double)(d + 4) *
                                                 UNIT_ROUNDOFF * excess
                                           : 0.0;
+                /* Scores off by at most f move a weight by a factor
+                 * within e^(+-2f): 3f covers f up to 1/4, past it
+                 * anything goes. */
+                if (!(flushed <= 0.25))
+                    row_may = 1;
+                slack += 3.0 * flushed;
                 if (lrow)
                     *lrow = (want){vl[(b * H + h) * Lq + i], slack,
                                    row_nan   ? WANT_NAN
@@ -232,6 +269,39 @@ void check_value(const want *w, const float *at, double tol_abs,
     }
 }
 
+/* What a flushing engine reads of n values: subnormal floats as 0 (a
+ * binary16 subnormal widens to a normal float and stays). */
+static void flush_values(double *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (fabs(x[i]) < FLT_MIN)
+            x[i] = 0.0;
+}
+
+/* The smallest and largest magnitude of the scales an 8-bit view reads
+ * (1, 1 without scales). */
+static void scale_range(const mha_tensor *t, double *lo, double *hi)
+{
+    *lo = *hi = 1.0;
+    const mha_scales *sc = &t->scales;
+    if (!is_q8_dtype(t->dtype) || !sc->data)
+        return;
+    int first = 1;
+    int64_t nb = sc->stride_batch ? t->batch : 1,
+            ns = sc->stride_seq ? t->seq : 1, nh = sc->stride_head ? t->heads
+                                                                   : 1;
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t s = 0; s < ns; s++)
+            for (int64_t h = 0; h < nh; h++) {
+                double x = fabs((double)sc->data[b * sc->stride_batch +
+                                                  s * sc->stride_seq +
+                                                  h * sc->stride_head]);
+                *lo = first || x < *lo ? x : *lo;
+                *hi = first || x > *hi ? x : *hi;
+                first = 0;
+            }
+}
+
 /* A view as packed doubles [B, S, H, D] (half precision decoded). */
 static double *gather(const mha_tensor *t)
 {
@@ -261,6 +331,14 @@ void check_attention_outputs(const attention_case *c)
     oracle_problem p = {B, Lq, Lk, H, a->k.heads, d, dv, q, k, v, a->mask,
                         scale, 2.0 * sqrt((double)d) + 1.0, TOL_ATTN_ABS,
                         a->terms, wl};
+    if (engine_flush) {
+        flush_values(q, (size_t)(B * Lq * H * d));
+        flush_values(k, (size_t)(B * Lk * a->k.heads * d));
+        flush_values(v, (size_t)(B * Lk * a->v.heads * dv));
+        p.flush = 1;
+        scale_range(&a->k, &p.sk_lo, &p.sk_hi);
+        p.code_max = is_q8_dtype(a->k.dtype) ? q8_max(a->k.dtype) : 0.0;
+    }
     oracle(&p, wo, ww);
 
     const buffer *ob = &c->buf[B_OUT];

@@ -64,6 +64,8 @@ typedef __int128 wide;
 /* Reporting: the request of the current input, the element that broke the
  * contract, FUZZ_VERBOSE. */
 extern char context[768];
+/* The current engine flushes subnormals (make_engine). */
+extern int engine_flush;
 extern char detail[256];
 extern int verbose;
 
@@ -152,6 +154,11 @@ typedef struct {
     double tol_abs;  /* for |v| <= 1; it grows with larger values */
     const mha_score_terms *terms; /* NULL: none (terms.c) */
     want *lse;                    /* [B, H, Lq] wanted, or NULL */
+    /* A flushing engine (expect.c, flush_slack): q, k, v hold the
+     * subnormal-free inputs; K's scales span [sk_lo, sk_hi] (1, 1 for a
+     * float K) and its codes reach code_max (0 for a float K). */
+    int flush;
+    double sk_lo, sk_hi, code_max;
 } oracle_problem;
 
 enum { KEY_HIDDEN, KEY_NEG_INF, KEY_VISIBLE };

@@ -44,13 +44,14 @@ typedef struct {
     mha_isa isa;
     int special; /* isa_special + 1; 0: use isa */
     int threads; /* 0 means 1 (the default of the seeds) */
+    int flush;   /* flush_subnormals */
 } engine_req;
 
 static void put_engine(bytes *o, const engine_req *e)
 {
     put8(o, e->special ? isa_special_code((isa_special)(e->special - 1))
                        : isa_code(e->isa));
-    put8(o, threads_code(e->threads ? e->threads : 1));
+    put8(o, engine_threads_code(e->threads ? e->threads : 1, e->flush));
 }
 
 /* 11 mask bytes (parse_mask). keep: mode, pad, density; bias: mode, pad,
@@ -426,6 +427,17 @@ static void terms_seeds(void)
     ATTN("scales-i8-per-tensor-padded", .k = MHA_I8, .v = MHA_FP8_E4M3,
          .Lq = 3, .Lk = 17,
          .t = {.kscale = SC_TENSOR, .vscale = SC_ROW_PADDED | 2 << 3});
+    ATTN("flush-softcap-flt-max", .e = {.flush = 1}, .Lq = 6, .Lk = 19,
+         .weights = 1,
+         .t = {.flags = T | TF_SOFTCAP, .softcap = SOFTCAP_FLT_MAX});
+    ATTN("flush-softcap-1e30-alibi", .e = {.flush = 1, .threads = 2},
+         .B = 2, .Lq = 7, .Lk = 31,
+         .t = {.flags = T | TF_SOFTCAP | TF_ALIBI, .softcap = SOFTCAP_1E30,
+               .alibi = AL_PACKED | AV_TINY << 5});
+    ATTN("flush-scales-extreme", .e = {.flush = 1}, .k = MHA_I8,
+         .v = MHA_FP8_E5M2, .Lq = 4, .Lk = 31, .Hkv = 2, .d = 16, .dv = 8,
+         .t = {.flags = TF_LSE, .kscale = SC_ROW_BSH | SCV_EXTREME << 5,
+               .vscale = SC_HEAD | SCV_EXTREME << 5, .scale_at = 3});
     /* --- invalid --- */
     ATTN("bad-terms-window-left", .t = {.flags = T | TF_WINDOW,
                                         .wl = EXT_MINUS2,
@@ -517,6 +529,18 @@ static void attention_seeds(const mask_req *all_masks, const special *sp,
          .mask = *all_masks);
     ATTN("attn-interleaved-out", .Lq = 6, .Lk = 3, .Hkv = 3, .group = 2,
          .d = 1, .dv = 1, .layouts = {{0}, {0}, {0}, {5, 0, 17, 9}});
+    /* A flushing engine: subnormal inputs read as 0, extreme scales. */
+    attn_req flushed = specials;
+    flushed.e.flush = 1;
+    emit("attn-flush-specials", attention_bytes(&flushed));
+    flushed = specials_half;
+    flushed.e = (engine_req){.threads = 2, .flush = 1};
+    emit("attn-flush-specials-f16", attention_bytes(&flushed));
+    ATTN("attn-flush-scale-denormal", .e = {.flush = 1}, .scale = {10, 0});
+    ATTN("attn-flush-scale-extreme", .e = {.flush = 1}, .scale = {10, 4},
+         .Lq = 3, .Lk = 37);
+    ATTN("attn-flush-scale-1e20", .e = {.flush = 1}, .scale = {10, 3},
+         .Lq = 5, .Lk = 21, .weights = 1, .mask = *all_masks);
     /* --- invalid --- */
     ATTN("bad-isa", ISA_SPECIAL(ISA_PAST_LAST));
     ATTN("bad-isa-negative", ISA_SPECIAL(ISA_NEGATIVE));
@@ -682,6 +706,8 @@ static void layer_seeds(const mask_req *all_masks, const special *sp,
     emit("layer-specials", layer_bytes(&specials));
     LAYER("layer-avx2-threads", .e = {.isa = MHA_ISA_AVX2, .threads = 4},
           .H = 4, .dh = 12, .B = 3, .Lq = 20, .Lk = 31);
+    specials.e.flush = 1;
+    emit("layer-flush-specials", layer_bytes(&specials));
     /* --- invalid --- */
     LAYER("layer-bad-both-forms", .form = 6);
     LAYER("layer-bad-q-only", .form = 7);
