@@ -827,54 +827,63 @@ START_TEST(flush_subnormals_keeps_softcaps)
     printf("threads: flush_subnormals is unsupported on this CPU: not run\n");
     return;
 #endif
-    enum { B = 2, LQ = 19, LK = 37, H = 2, D = 16 };
-    const size_t nq = (size_t)B * LQ * H * D, nk = (size_t)B * LK * H * D;
+    /* Prefill, and grouped decode (one query row, four query heads on
+     * one kv head), which takes other kernels. */
+    enum { B = 2, LK = 37, D = 16, NMAX = B * 19 * 2 * D };
+    const struct { int64_t lq, h, hkv; } shapes[] = {{19, 2, 2}, {1, 4, 1}};
+    const size_t nk = (size_t)B * LK * 2 * D;
     test_rng r;
     rng_seed(&r, 93);
-    float *q = random_floats(&r, nq), *k = random_floats(&r, nk);
+    float *q = random_floats(&r, NMAX), *k = random_floats(&r, nk);
     float *v = random_floats(&r, nk);
     /* Scores from 1e-3 to about 30: every cap below sees them capped,
      * every cap from 2^64 up leaves them as they are. */
-    for (size_t i = 0; i < nq; i++)
+    for (size_t i = 0; i < NMAX; i++)
         q[i] *= (float)(i % 7 == 0 ? 1e-3 : 4.0);
-    float *want = test_alloc(nq * 4), *got = test_alloc(nq * 4);
-    double *ref = malloc(nq * sizeof *ref);
+    float *want = test_alloc(NMAX * 4), *got = test_alloc(NMAX * 4);
+    double *ref = malloc(NMAX * sizeof *ref);
     ck_assert_ptr_nonnull(ref);
     const float caps[] = {FLT_MIN, 1e-3f, 1.0f, 30.0f, 0x1p64f, 0x1p65f,
                           1e37f, 1e38f, FLT_MAX};
     mha_mask causal = {.causal = MHA_CAUSAL_BOTTOM_RIGHT};
-    mha_attention_args a = {0};
-    a.q = mha_tensor_bshd(q, B, LQ, H, D);
-    a.k = mha_tensor_bshd(k, B, LK, H, D);
-    a.v = mha_tensor_bshd(v, B, LK, H, D);
-    a.out = mha_tensor_bshd(want, B, LQ, H, D);
-    a.mask = &causal;
     mha_isa isas[TEST_MAX_ISAS];
     int n_isa = available_isas(isas);
-    for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ci++) {
-        const mha_score_terms terms = {.softcap = caps[ci]};
-        a.terms = &terms;
-        oracle_attention_lse(&a, ref, NULL, NULL);
-        for (int t = 0; t < n_isa; t++) {
-            const char *isa = mha_isa_name(isas[t]);
-            mha_engine *ieee = make_flush_engine(isas[t], 1, 0);
-            attend(ieee, &a, k, v, want);
-            for (size_t i = 0; i < nq; i++)
-                REQUIRE(fabs(want[i] - ref[i]) <=
-                            TOL_ATTN_ABS + TOL_ATTN_REL * fabs(ref[i]),
-                        "[%s] cap %g: out[%zu] = %.9g, oracle %.9g", isa,
-                        (double)caps[ci], i, (double)want[i], ref[i]);
-            for (int threads = 1; threads <= 2; threads++) {
-                mha_engine *fl = make_flush_engine(isas[t], threads, 1);
-                attend(fl, &a, k, v, got);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t lq = shapes[si].lq, h = shapes[si].h;
+        const size_t nq = (size_t)(B * lq * h * D);
+        mha_attention_args a = {0};
+        a.q = mha_tensor_bshd(q, B, lq, h, D);
+        a.k = mha_tensor_bshd(k, B, LK, shapes[si].hkv, D);
+        a.v = mha_tensor_bshd(v, B, LK, shapes[si].hkv, D);
+        a.out = mha_tensor_bshd(want, B, lq, h, D);
+        a.mask = &causal;
+        for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ci++) {
+            const mha_score_terms terms = {.softcap = caps[ci]};
+            a.terms = &terms;
+            oracle_attention_lse(&a, ref, NULL, NULL);
+            for (int t = 0; t < n_isa; t++) {
+                const char *isa = mha_isa_name(isas[t]);
+                mha_engine *ieee = make_flush_engine(isas[t], 1, 0);
+                attend(ieee, &a, k, v, want);
                 for (size_t i = 0; i < nq; i++)
-                    REQUIRE(memcmp(&want[i], &got[i], 4) == 0,
-                            "[%s] cap %g, %d threads: out[%zu] = %.9g "
-                            "flushed, %.9g not", isa, (double)caps[ci],
-                            threads, i, (double)got[i], (double)want[i]);
-                mha_engine_destroy(fl);
+                    REQUIRE(fabs(want[i] - ref[i]) <=
+                                TOL_ATTN_ABS + TOL_ATTN_REL * fabs(ref[i]),
+                            "[%s] Lq %lld, cap %g: out[%zu] = %.9g, oracle "
+                            "%.9g", isa, (long long)lq, (double)caps[ci], i,
+                            (double)want[i], ref[i]);
+                for (int threads = 1; threads <= 2; threads++) {
+                    mha_engine *fl = make_flush_engine(isas[t], threads, 1);
+                    attend(fl, &a, k, v, got);
+                    for (size_t i = 0; i < nq; i++)
+                        REQUIRE(memcmp(&want[i], &got[i], 4) == 0,
+                                "[%s] Lq %lld, cap %g, %d threads: out[%zu] "
+                                "= %.9g flushed, %.9g not", isa,
+                                (long long)lq, (double)caps[ci], threads, i,
+                                (double)got[i], (double)want[i]);
+                    mha_engine_destroy(fl);
+                }
+                mha_engine_destroy(ieee);
             }
-            mha_engine_destroy(ieee);
         }
     }
     free(q), free(k), free(v), free(want), free(got), free(ref);
