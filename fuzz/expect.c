@@ -45,27 +45,26 @@ int key_class(const mha_mask *m, int64_t b, int64_t h, int64_t i,
     return KEY_VISIBLE;
 }
 
-/* How far a flushing engine's score of query row q and key row k (d
- * elements, subnormal-free) may stand from the oracle's. The whole score
- * when the scale, or the scale times a K scale, is subnormal: the kernels
- * read that factor as 0. Else the quantities FTZ drops on the way, each
- * below FLT_MIN (products, partial sums, q times the scale, codes times
- * their scale: at most 2d + 4 of them in a score, however a kernel orders
- * its factors), each then multiplied by what may follow it: the scale
- * and K's scale, an element of k or a code times its scale, or an element
- * of q times the scale (and a subnormal K scale, read as 0, drops codes
- * times it); and a subnormal bias, ALiBi slope (times distances below
- * 2^62) or sink read as 0. The softcap passes errors on unchanged or
- * shrunk (docs/design.md, "Score terms": its own steps stay normal). */
-static double flush_slack(const oracle_problem *p, const double *q,
+/* How far a flushing engine's score of a query row (largest magnitude
+ * qmax) and key row k (d elements, subnormal-free) may stand from the
+ * oracle's. The whole score when the scale, or the scale times a K scale,
+ * is subnormal: the kernels read that factor as 0. Else the quantities FTZ
+ * drops on the way, each below FLT_MIN (products, partial sums, q times
+ * the scale, codes times their scale: at most 2d + 4 of them in a score,
+ * however a kernel orders its factors), each then multiplied by what may
+ * follow it: the scale and K's scale, an element of k or a code times its
+ * scale, or an element of q times the scale (and a subnormal K scale, read
+ * as 0, drops codes times it); and a subnormal bias, ALiBi slope (times
+ * distances below 2^62) or sink read as 0. The softcap passes errors on
+ * unchanged or shrunk (docs/design.md, "Score terms": its own steps stay
+ * normal). */
+static double flush_slack(const oracle_problem *p, double qmax,
                           const double *k, double dabs)
 {
     const double s = fabs(p->scale), sk = p->sk_hi, cm = p->code_max;
-    double qmax = 0.0, kmax = 0.0;
-    for (int64_t c = 0; c < p->d; c++) {
-        qmax = fabs(q[c]) > qmax ? fabs(q[c]) : qmax;
+    double kmax = 0.0;
+    for (int64_t c = 0; c < p->d; c++)
         kmax = fabs(k[c]) > kmax ? fabs(k[c]) : kmax;
-    }
     double whole = s < FLT_MIN || s * p->sk_lo < FLT_MIN ? s * dabs : 0.0;
     double each = (1.0 + s) * (1.0 + sk) + kmax + cm * sk +
                   qmax * s * (1.0 + sk + cm);
@@ -98,6 +97,9 @@ void oracle(const oracle_problem *p, want *out, want *weights)
                 int64_t hk = h / (H / p->Hkv);
                 const double *q = p->q + ((b * Lq + i) * H + h) * d;
                 int qflag = flag_of_row(q, d);
+                double qmax = 0.0; /* for flush_slack, once a row */
+                for (int64_t c = 0; p->flush && c < d; c++)
+                    qmax = fabs(q[c]) > qmax ? fabs(q[c]) : qmax;
                 int row_nan = 0, row_may = qflag != 0;
                 int64_t nvis = 0, nneg = 0;
                 double mag = 0.0, flushed = 0.0;
@@ -128,7 +130,7 @@ void oracle(const oracle_problem *p, want *out, want *weights)
                         row_may = 1;
                     mag = m > mag ? m : mag;
                     if (p->flush) {
-                        double f = flush_slack(p, q, k, dabs);
+                        double f = flush_slack(p, qmax, k, dabs);
                         flushed = f > flushed ? f : flushed;
                     }
                 }
@@ -286,20 +288,11 @@ static void scale_range(const mha_tensor *t, double *lo, double *hi)
     const mha_scales *sc = &t->scales;
     if (!is_q8_dtype(t->dtype) || !sc->data)
         return;
-    int first = 1;
-    int64_t nb = sc->stride_batch ? t->batch : 1,
-            ns = sc->stride_seq ? t->seq : 1, nh = sc->stride_head ? t->heads
-                                                                   : 1;
-    for (int64_t b = 0; b < nb; b++)
-        for (int64_t s = 0; s < ns; s++)
-            for (int64_t h = 0; h < nh; h++) {
-                double x = fabs((double)sc->data[b * sc->stride_batch +
-                                                  s * sc->stride_seq +
-                                                  h * sc->stride_head]);
-                *lo = first || x < *lo ? x : *lo;
-                *hi = first || x > *hi ? x : *hi;
-                first = 0;
-            }
+    for (int64_t r = 0, n = scale_rows(t); r < n; r++) {
+        double x = fabs((double)sc->data[scale_row_at(t, r)]);
+        *lo = r == 0 || x < *lo ? x : *lo;
+        *hi = r == 0 || x > *hi ? x : *hi;
+    }
 }
 
 /* A view as packed doubles [B, S, H, D] (half precision decoded). */
@@ -328,9 +321,12 @@ void check_attention_outputs(const attention_case *c)
     if (!wo || (a->weights && !ww) || (a->lse && !wl))
         abort();
     double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)d);
-    oracle_problem p = {B, Lq, Lk, H, a->k.heads, d, dv, q, k, v, a->mask,
-                        scale, 2.0 * sqrt((double)d) + 1.0, TOL_ATTN_ABS,
-                        a->terms, wl};
+    oracle_problem p = {.B = B, .Lq = Lq, .Lk = Lk, .H = H,
+                        .Hkv = a->k.heads, .d = d, .dv = dv, .q = q, .k = k,
+                        .v = v, .mask = a->mask, .scale = scale,
+                        .mag_unit = 2.0 * sqrt((double)d) + 1.0,
+                        .tol_abs = TOL_ATTN_ABS, .terms = a->terms,
+                        .lse = wl, .sk_lo = 1.0, .sk_hi = 1.0};
     if (engine_flush) {
         flush_values(q, (size_t)(B * Lq * H * d));
         flush_values(k, (size_t)(B * Lk * a->k.heads * d));
@@ -443,10 +439,12 @@ void check_layer_outputs(const layer_case *c, const layer_pointers *lp)
     want *ww = lp->weights ? malloc(nw * sizeof *ww) : NULL;
     if (!cat || (lp->weights && !ww))
         abort();
-    oracle_problem p = {B, Lq, Lk, H, H, dh, dh, Q, K, V,
-                        c->mb.use ? &c->mask : NULL, 1.0 / sqrt((double)dh),
-                        2.0 * sqrt((double)dh) + 1.0, TOL_LAYER_ABS, NULL,
-                        NULL};
+    oracle_problem p = {.B = B, .Lq = Lq, .Lk = Lk, .H = H, .Hkv = H,
+                        .d = dh, .dv = dh, .q = Q, .k = K, .v = V,
+                        .mask = c->mb.use ? &c->mask : NULL,
+                        .scale = 1.0 / sqrt((double)dh),
+                        .mag_unit = 2.0 * sqrt((double)dh) + 1.0,
+                        .tol_abs = TOL_LAYER_ABS, .sk_lo = 1.0, .sk_hi = 1.0};
     oracle(&p, cat, ww);
 
     const float *wo = w[D_OUT_W], *bo = d->out_proj_bias ? w[D_OUT_B] : NULL;

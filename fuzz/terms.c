@@ -287,6 +287,22 @@ static float get_float(const buffer *b, int64_t at)
 /* One quantised tensor's scales: filled, one bad value by the class,
  * linked, and its faults (every row the library reads is checked, as
  * check_scales does). */
+int64_t scale_rows(const mha_tensor *t)
+{
+    const mha_scales *sc = &t->scales;
+    return (sc->stride_batch ? t->batch : 1) * (sc->stride_seq ? t->seq : 1) *
+           (sc->stride_head ? t->heads : 1);
+}
+
+int64_t scale_row_at(const mha_tensor *t, int64_t r)
+{
+    const mha_scales *sc = &t->scales;
+    int64_t nh = sc->stride_head ? t->heads : 1,
+            ns = sc->stride_seq ? t->seq : 1;
+    return r / (ns * nh) * sc->stride_batch + r / nh % ns * sc->stride_seq +
+           r % nh * sc->stride_head;
+}
+
 static void link_scales(terms_case *tc, int i, mha_tensor *t, test_rng *s,
                         fault_list *f)
 {
@@ -313,21 +329,13 @@ static void link_scales(terms_case *tc, int i, mha_tensor *t, test_rng *s,
                          h * sc->stride_head,
                   bad_value(cls == SCV_ZERO ? 0 : cls == SCV_NAN ? 1 : 2));
     }
-    int64_t nb = sc->stride_batch ? t->batch : 1,
-            ns = sc->stride_seq ? t->seq : 1,
-            nh = sc->stride_head ? t->heads : 1;
-    for (int64_t bb = 0; bb < nb; bb++)
-        for (int64_t sq = 0; sq < ns; sq++)
-            for (int64_t h = 0; h < nh; h++) {
-                float x = get_float(b, bb * sc->stride_batch +
-                                           sq * sc->stride_seq +
-                                           h * sc->stride_head);
-                if (!isfinite(x) || x == 0.0f) {
-                    add_fault(f, MHA_ERR_BAD_ARGUMENT,
-                              "a scale is zero or not finite");
-                    return;
-                }
-            }
+    for (int64_t r = 0, n = scale_rows(t); r < n; r++) {
+        float x = get_float(b, scale_row_at(t, r));
+        if (!isfinite(x) || x == 0.0f) {
+            add_fault(f, MHA_ERR_BAD_ARGUMENT, "a scale is zero or not finite");
+            return;
+        }
+    }
 }
 
 /* Allocates, fills and links the arrays, then the faults of their

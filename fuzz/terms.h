@@ -37,6 +37,13 @@ void terms_check_unchanged(const terms_case *tc, int failed);
 void terms_free(terms_case *tc);
 void terms_describe(const terms_case *tc, const attention_case *c);
 
+/* The scales an 8-bit view reads: scale_rows of them, a zero stride
+ * collapsing its axis to one row, and row r at scale_row_at (an index
+ * into t->scales.data). One walk for the model's check and the oracle's
+ * range. */
+int64_t scale_rows(const mha_tensor *t);
+int64_t scale_row_at(const mha_tensor *t, int64_t r);
+
 /* For the oracle: the mask with its causal flag cleared when terms move
  * the key positions (terms_hidden applies it then), ... */
 const mha_mask *terms_key_mask(const mha_mask *m, const mha_score_terms *t,
