@@ -47,6 +47,9 @@ const Shape kShapes[] = {
     // 87 to 300 below their maxima, where an exp left subnormal P (x86
     // computes on those through microcode assists; docs/benchmarks.md).
     {"alibi", 1, 16, 16, 2048, 2048, 64},
+    // Gemma 2's softcap of 50 on the causal case of its shape: the cost of
+    // a tanh a score (docs/design.md, "Score terms").
+    {"softcap", 1, 16, 16, 2048, 2048, 64},
     // A sliding window (causal, kWindowLeft keys to the left) beside the
     // plain causal case of its shape: its cost grows with Lq x window.
     {"window", 1, 16, 16, 8192, 8192, 64},
@@ -138,6 +141,9 @@ bool IsVarlen(const char *kind)
 {
     return std::strncmp(kind, "varlen", 6) == 0;
 }
+
+// The "softcap" case's cap (Gemma 2's attention logits).
+constexpr float kSoftcap = 50.0f;
 
 // Keys to the left of the diagonal a "window" case sees.
 constexpr int64_t kWindowLeft = 1024;
@@ -413,12 +419,15 @@ bench_spec MakeSpec(const Shape &s, mha_isa isa, int threads)
     const bool window = std::strcmp(s.kind, "window") == 0;
     const bool spec_step = std::strncmp(s.kind, "decode", 6) == 0 && s.lq > 1;
     const bool alibi = std::strcmp(s.kind, "alibi") == 0;
+    const bool softcap = std::strcmp(s.kind, "softcap") == 0;
     spec.causal = std::strcmp(s.kind, "causal") == 0 || window || alibi ||
+                          softcap ||
                           IsVarlen(s.kind) || spec_step
                       ? MHA_CAUSAL_BOTTOM_RIGHT
                       : MHA_CAUSAL_NONE;
     spec.window_left = window ? kWindowLeft : 0;
     spec.alibi = alibi;
+    spec.softcap = softcap ? kSoftcap : 0.0f;
     spec.layout = s.layout;
     spec.kv_dtype = s.kv;
     spec.compute = ComputeOf(s.kind);

@@ -144,6 +144,8 @@ static int check_spec(const bench_spec *s)
         return bench_fail("unknown impl %d", (int)s->impl);
     if (s->alibi && s->impl != BENCH_IMPL_ATTENTION)
         return bench_fail("alibi is for mha_attention only");
+    if (s->softcap != 0.0f && s->impl != BENCH_IMPL_ATTENTION)
+        return bench_fail("softcap is for mha_attention only");
 #if !defined(MHA_BENCH_HAVE_BLAS)
     if (s->impl == BENCH_IMPL_BLAS)
         return bench_fail("built without OpenBLAS");
@@ -390,6 +392,10 @@ bench_case *bench_case_create(const bench_spec *spec)
         c->terms.window = 1;
         c->terms.window_left = spec->window_left;
         c->terms.window_right = -1;
+        c->args.terms = &c->terms;
+    }
+    if (spec->softcap > 0.0f) {
+        c->terms.softcap = spec->softcap;
         c->args.terms = &c->terms;
     }
     if (spec->alibi) {

@@ -49,6 +49,8 @@ typedef struct bench_spec {
                             left (right side unbounded; with causal) */
     int alibi; /* nonzero: ALiBi with the slopes 2^(-8 (h + 1) / H) of
                   BLOOM and MPT, one row for every batch (attention only) */
+    float softcap; /* > 0: scores capped at softcap * tanh(s / softcap)
+                      (attention only) */
     bench_layout layout;
     mha_dtype kv_dtype; /* K and V elements; not MHA_F32 only for attention */
     mha_dtype compute;  /* q and out: MHA_F32 (0), or MHA_F16 / MHA_BF16

@@ -25,8 +25,9 @@
  *   mk_v_fma(a, b, c)        a * b + c
  *   mk_v_max(x, acc)         lane-wise max, acc where x is NaN
  *   mk_v_exp(x)              exp for x <= 0, -inf and NaN (exp(-inf) = 0)
- *   mk_v_tanh(x)             tanh for every x (tanh(+-inf) = +-1, NaN
- *                            stays NaN): the softcap
+ *   mk_v_abs(x)              |x|
+ *   mk_v_copysign(x, s)      x (+0 or more, or NaN) with the sign of s
+ *   mk_v_div(x, y)           x / y, correctly rounded
  *   mk_v_hmax(x), mk_v_hsum(x)  lanes reduced in a fixed order
  * Optional hooks:
  *   MK_SM_FUSED_SUM          1: the exp pass also sums P (an accumulator
@@ -158,6 +159,34 @@ static const float sm_iota[16] = {0, 1, 2,  3,  4,  5,  6,  7,
                                   8, 9, 10, 11, 12, 13, 14, 15};
 _Static_assert(MK_W <= 16, "sm_iota covers every lane");
 
+/* tanh for every y (tanh(+-inf) = +-1, NaN stays NaN): the softcap's,
+ * once for every table over its primitives (docs/design.md, "Score
+ * terms"). SLEEF's 1-ulp tanhf (a call a vector, in double-float
+ * arithmetic) made a softcap call take twice the time of the same call
+ * without one (docs/benchmarks.md). Below |y| = 5/8, y + y^3 P(y^2), P of
+ * degree 4 (the minimax of (tanh(y) - y) / y^3 for tanh's relative error
+ * on [0, 5/8], 4.4e-9 before its coefficients were rounded to float; 0.72
+ * ulp measured over every float there with true FMAs); from 5/8 on,
+ * 1 - 2t / (1 + t) with t = exp(-2|y|) (t <= 0.29, so nothing cancels;
+ * 1.4 ulp over every float with a correctly rounded exp, and the table's
+ * exp adds its own ulp), given y's sign. Both halves are computed and one
+ * is selected: a huge y's y^2 is inf in the half not taken; t = 0 from
+ * |y| = 22.4 on (the exps' floor) gives exactly 1. */
+MK_SM_INLINE MK_V sm_tanh(MK_V y)
+{
+    const MK_V u = mk_v_mul(y, y);
+    MK_V p = mk_v_fma(mk_v_set1(-5.704910835e-03f), u,
+                      mk_v_set1(2.063902225e-02f));
+    p = mk_v_fma(p, u, mk_v_set1(-5.373969620e-02f));
+    p = mk_v_fma(p, u, mk_v_set1(1.333144199e-01f));
+    p = mk_v_fma(p, u, mk_v_set1(-3.333328193e-01f));
+    const MK_V near0 = mk_v_fma(mk_v_mul(y, u), p, y);
+    const MK_V t = mk_v_exp(mk_v_mul(mk_v_abs(y), mk_v_set1(-2.0f)));
+    const MK_V q = mk_v_div(mk_v_add(t, t), mk_v_add(mk_v_set1(1.0f), t));
+    const MK_V far = mk_v_copysign(mk_v_sub(mk_v_set1(1.0f), q), y);
+    return mk_v_sel(mk_v_abs_lt(y, mk_v_set1(0.625f)), near0, far);
+}
+
 /* x = cap * tanh(scale * s / cap) (with a cap), + slope * (j - i'), +
  * bias; -inf where keep is 0 and in lanes >= cnt, for the chunk of cnt
  * keys at distance dist (its first key's j - i'). */
@@ -174,7 +203,7 @@ MK_SM_INLINE MK_V sm_scaled_terms(const float *s, const float *bias,
         const MK_V y = mk_v_mul(mk_v_mul(x, mk_v_set1(tm->pre)),
                                 mk_v_set1(tm->inv_cap));
         x = mk_v_sel(mk_v_abs_lt(x, mk_v_set1(tm->small)), x,
-                     mk_v_mul(mk_v_set1(tm->cap), mk_v_tanh(y)));
+                     mk_v_mul(mk_v_set1(tm->cap), sm_tanh(y)));
     }
     if (tm->slope != 0.0f)
         x = mk_v_fma(mk_v_set1(tm->slope),

@@ -551,6 +551,81 @@ START_TEST(softmax_exp_accuracy)
 }
 END_TEST
 
+/* The softcap inside softmax_update on its own: rows of one key each, so
+ * each row's maximum is its capped score x = cap tanh(s / cap) exactly as
+ * the step computed it (softmax_driver.h's sm_tanh over the table's
+ * primitives). s sweeps |s| / cap from 2^-14 (where x is s itself) to
+ * 2^6 on a fine irregular grid, both signs, the neighbours of the two
+ * formulas' seam (|y| = 5/8), and 0 and 1e30; caps 1, 30 and 1e30 (x / cap
+ * rescaled by 2^-64 on the way). Against the double tanh, relative to x:
+ * 3e-7, about 5 ulp of x (tanh measured 0.7 ulp near 0 and 1.4 ulp beyond
+ * 5/8 with a correctly rounded exp; each table's exp adds its own ulp, and
+ * y = s / cap and x = cap tanh(y) round once each). */
+START_TEST(softmax_tanh_accuracy)
+{
+    table_set ts;
+    get_tables(&ts);
+    enum { N = 6000 };
+    /* The step writes P over s: the scores are kept in in[]. */
+    float *s = test_alloc(N * sizeof *s), *y = test_alloc(N * sizeof *y);
+    float *in = test_alloc(N * sizeof *in);
+    float *mx = test_alloc(N * sizeof *mx), *sum = test_alloc(N * sizeof *sum);
+    float *alpha = test_alloc(N * sizeof *alpha);
+    const mk_mask open = open_mask(1);
+    for (int64_t j = 0; j < N; j++) {
+        double u = (double)((j * 2654435761u) % 1000003u) / 1000003.0;
+        y[j] = (float)ldexp(1.0, -14 + (int)(20 * u)) * (float)(1.0 + u);
+        y[j] = j % 2 ? -y[j] : y[j];
+    }
+    const float seam[6] = {0.625f, 0x1.3ffffep-1f, 0x1.400002p-1f, 0.0f,
+                           1e30f, 4.0f};
+    for (int k = 0; k < 6; k++)
+        y[k] = seam[k], y[6 + k] = -seam[k];
+    const float caps[3] = {1.0f, 30.0f, 1e30f};
+    for (int c = 0; c < 3; c++)
+        for (int x_ = 0; x_ < ts.n; x_++)
+            for (int h = 0; h <= MK_HALF_COUNT; h++) {
+                mk_softmax_update_fn *f = step_of(&ts, x_, h);
+                if (!f)
+                    continue;
+                mk_mask mask = open;
+                mask.softcap = caps[c];
+                for (int64_t j = 0; j < N; j++) {
+                    /* s = y cap, unless that overflows: then y is huge. */
+                    in[j] = s[j] = fabsf(y[j]) >= 1e29f && c == 2
+                                       ? y[j]
+                                       : y[j] * caps[c];
+                    mx[j] = -INFINITY, sum[j] = 0.0f;
+                }
+                f(s, 1, N, 1, 1.0f, &mask, mx, sum, alpha);
+                double worst = 0.0;
+                int64_t at = 0;
+                for (int64_t j = 0; j < N; j++) {
+                    double want = (double)caps[c] *
+                                  tanh((double)in[j] / (double)caps[c]);
+                    double err = fabs((double)mx[j] - want);
+                    double rel = want != 0.0 ? err / fabs(want)
+                                             : (err == 0.0 ? 0.0 : 1.0);
+                    if (rel > worst)
+                        worst = rel, at = j;
+                }
+                REQUIRE(worst <= 3e-7,
+                        "softmax_update%s [%s]: cap %g, s %a: x %a, want %a: "
+                        "relative error %.3g > 3e-7", step_name[h],
+                        mha_isa_name(ts.isa[x_]), (double)caps[c],
+                        (double)in[at], (double)mx[at],
+                        (double)caps[c] * tanh((double)in[at] / caps[c]),
+                        worst);
+                if (c == 1)
+                    printf("softcap tanh%s [%s]: worst relative error "
+                           "%.3g (%.2f x 2^-24)\n", step_name[h],
+                           mha_isa_name(ts.isa[x_]), worst,
+                           worst * 0x1p24);
+            }
+    free(s), free(y), free(in), free(mx), free(sum), free(alpha);
+}
+END_TEST
+
 /* Scores far below their row's maximum: P is exactly 0 from the floor of
  * kernels.h down (2^MK_EXP_FLOOR_LOG2, x - max about -44.7), and kept
  * above it, on every table: never a subnormal or a P near FLT_MIN, whose
@@ -797,6 +872,7 @@ Suite *suite_softmax(void)
     tcase_add_test(tc, softmax_update_edges);
     tcase_add_test(tc, softmax_huge_scale);
     tcase_add_test(tc, softmax_exp_accuracy);
+    tcase_add_test(tc, softmax_tanh_accuracy);
     tcase_add_test(tc, softmax_underflow_is_zero);
     tcase_add_test(tc, softmax_single_key_exact);
     tcase_add_test(tc, softmax_half_codes);

@@ -1,8 +1,6 @@
 /* The online-softmax step and the normalisation on AVX2+FMA: the driver of
- * softmax_driver.h over 8-lane ymm primitives, exp inline (below), tanh
- * (the softcap) from SLEEF. */
+ * softmax_driver.h over 8-lane ymm primitives, exp inline (below). */
 #include <immintrin.h>
-#include <sleef.h>
 #include <string.h>
 
 #include "avx2.h"
@@ -176,7 +174,15 @@ MK_INLINE void mk_v_exp2k_group(MK_V t[MK_V_EXP2_GROUP], MK_V k)
 #define MK_V_EXP2 1
 /* The sum of P rides in the exp pass: nothing is called across it. */
 #define MK_SM_FUSED_SUM 1
-#define mk_v_tanh Sleef_tanhf8_u10avx2
+MK_INLINE MK_V mk_v_abs(MK_V x)
+{
+    return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+}
+MK_INLINE MK_V mk_v_copysign(MK_V x, MK_V s)
+{
+    return _mm256_or_ps(x, _mm256_and_ps(_mm256_set1_ps(-0.0f), s));
+}
+#define mk_v_div _mm256_div_ps
 /* Prefill output rows by non-temporal stores (normalize), as on AVX-512:
  * nothing reads them back, so reading each line for ownership first is
  * wasted (docs/design.md). _mm256_stream_ps needs 32-byte alignment; the

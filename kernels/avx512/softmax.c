@@ -1,9 +1,8 @@
 /* The online-softmax step and the normalisation on AVX-512: the driver of
  * softmax_driver.h over 16-lane zmm primitives. Full vectors go without
  * opmasks; only a row's tail is masked (masked-off lanes are neither read
- * nor written). exp inline (below), tanh (the softcap) from SLEEF. */
+ * nor written). exp inline (below). */
 #include <immintrin.h>
-#include <sleef.h>
 
 #include "avx512.h"
 #include "exp2_poly.h"
@@ -139,7 +138,12 @@ MK_INLINE void mk_v_exp2k_group(MK_V t[2], MK_V k)
     t[1] = mk_v_exp2k(t[1], k);
 }
 #define MK_V_EXP2 1
-#define mk_v_tanh Sleef_tanhf16_u10avx512f
+#define mk_v_abs _mm512_abs_ps
+MK_INLINE MK_V mk_v_copysign(MK_V x, MK_V s)
+{
+    return _mm512_or_ps(x, _mm512_and_ps(_mm512_set1_ps(-0.0f), s));
+}
+#define mk_v_div _mm512_div_ps
 #define mk_v_hmax _mm512_reduce_max_ps
 #define mk_v_hsum _mm512_reduce_add_ps
 #define mk_v_stream _mm512_stream_ps

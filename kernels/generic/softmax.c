@@ -74,8 +74,9 @@ MK_INLINE MK_V mk_v_mul(MK_V x, MK_V y) { return x * y; }
 MK_INLINE MK_V mk_v_fma(MK_V a, MK_V b, MK_V c) { return a * b + c; }
 MK_INLINE MK_V mk_v_max(MK_V x, MK_V acc) { return x > acc ? x : acc; }
 MK_INLINE MK_V mk_v_exp(MK_V x) { return exp_nonpositive(x); }
-/* The softcap only (off the fast path): libm's. */
-MK_INLINE MK_V mk_v_tanh(MK_V x) { return tanhf(x); }
+MK_INLINE MK_V mk_v_abs(MK_V x) { return fabsf(x); }
+MK_INLINE MK_V mk_v_copysign(MK_V x, MK_V s) { return copysignf(x, s); }
+MK_INLINE MK_V mk_v_div(MK_V x, MK_V y) { return x / y; }
 MK_INLINE float mk_v_hmax(MK_V x) { return x; }
 MK_INLINE float mk_v_hsum(MK_V x) { return x; }
 

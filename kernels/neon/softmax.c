@@ -86,7 +86,12 @@ MK_INLINE MK_V mk_v_exp2k(MK_V t, MK_V k)
 _Static_assert(2 * -65 + 1 == MK_EXP_FLOOR_HALVES,
                "mk_v_exp2k's clamp and bias");
 #define MK_V_EXP2 1
-MK_INLINE MK_V mk_v_tanh(MK_V x) { return Sleef_tanhf4_u10advsimd(x); }
+MK_INLINE MK_V mk_v_abs(MK_V x) { return vabsq_f32(x); }
+MK_INLINE MK_V mk_v_copysign(MK_V x, MK_V s)
+{
+    return vbslq_f32(vdupq_n_u32(0x80000000u), s, x);
+}
+MK_INLINE MK_V mk_v_div(MK_V x, MK_V y) { return vdivq_f32(x, y); }
 MK_INLINE float mk_v_hmax(MK_V x) { return vmaxnmvq_f32(x); }
 MK_INLINE float mk_v_hsum(MK_V x) { return vaddvq_f32(x); }
 
