@@ -170,9 +170,11 @@ _Static_assert(MK_W <= 16, "sm_iota covers every lane");
  * 1 - 2t / (1 + t) with t = exp(-2|y|) (t <= 0.29, so nothing cancels;
  * 1.4 ulp over every float with a correctly rounded exp, and the table's
  * exp adds its own ulp), given y's sign. Both halves are computed and one
- * is selected: a huge y's y^2 is inf in the half not taken; t = 0 from
- * |y| = 22.4 on (the exps' floor) gives exactly 1. */
-MK_SM_INLINE MK_V sm_tanh(MK_V y)
+ * selected per lane, unless near_only (a constant) says every |y| is
+ * below 5/8: then the polynomial alone, the same bits. A huge y's y^2 is
+ * inf in the half not taken; t = 0 from |y| = 22.4 on (the exps' floor)
+ * gives exactly 1. */
+MK_SM_INLINE MK_V sm_tanh(MK_V y, int near_only)
 {
     const MK_V u = mk_v_mul(y, y);
     MK_V p = mk_v_fma(mk_v_set1(-5.704910835e-03f), u,
@@ -181,6 +183,8 @@ MK_SM_INLINE MK_V sm_tanh(MK_V y)
     p = mk_v_fma(p, u, mk_v_set1(1.333144199e-01f));
     p = mk_v_fma(p, u, mk_v_set1(-3.333328193e-01f));
     const MK_V near0 = mk_v_fma(mk_v_mul(y, u), p, y);
+    if (near_only)
+        return near0;
     const MK_V t = mk_v_exp(mk_v_mul(mk_v_abs(y), mk_v_set1(-2.0f)));
     const MK_V q = mk_v_div(mk_v_add(t, t), mk_v_add(mk_v_set1(1.0f), t));
     const MK_V far = mk_v_copysign(mk_v_sub(mk_v_set1(1.0f), q), y);
@@ -189,12 +193,12 @@ MK_SM_INLINE MK_V sm_tanh(MK_V y)
 
 /* x = cap * tanh(scale * s / cap) (with a cap), + slope * (j - i'), +
  * bias; -inf where keep is 0 and in lanes >= cnt, for the chunk of cnt
- * keys at distance dist (its first key's j - i'). */
+ * keys at distance dist (its first key's j - i'). near_only: sm_tanh's. */
 MK_SM_INLINE MK_V sm_scaled_terms(const float *s, const float *bias,
                                   const uint8_t *keep,
                                   const uint8_t *key_keep, MK_V vscale,
                                   int64_t cnt, const sm_terms *tm,
-                                  int64_t dist)
+                                  int64_t dist, int near_only)
 {
     const MK_V ninf = mk_v_set1(-INFINITY);
     const int full = cnt == MK_W;
@@ -203,7 +207,7 @@ MK_SM_INLINE MK_V sm_scaled_terms(const float *s, const float *bias,
         const MK_V y = mk_v_mul(mk_v_mul(x, mk_v_set1(tm->pre)),
                                 mk_v_set1(tm->inv_cap));
         x = mk_v_sel(mk_v_abs_lt(x, mk_v_set1(tm->small)), x,
-                     mk_v_mul(mk_v_set1(tm->cap), sm_tanh(y)));
+                     mk_v_mul(mk_v_set1(tm->cap), sm_tanh(y, near_only)));
     }
     if (tm->slope != 0.0f)
         x = mk_v_fma(mk_v_set1(tm->slope),
@@ -217,21 +221,35 @@ MK_SM_INLINE MK_V sm_scaled_terms(const float *s, const float *bias,
     return full ? x : mk_v_sel(mk_v_lanes(cnt), x, ninf);
 }
 
-/* Pass 1 with score terms: s[j] = x[j] for j < n; returns max_j x[j],
- * NaN ignored. */
-static float sm_scale_mask_terms(float *s, int64_t n, float scale,
-                                 const float *bias, const uint8_t *keep,
-                                 const uint8_t *key_keep, const sm_terms *tm)
+/* max_j |s[j]| for j < n, NaN ignored (two accumulators). */
+static float sm_abs_max(const float *s, int64_t n)
 {
-    const MK_V vscale = mk_v_set1(scale);
+    MK_V m0 = mk_v_set1(0.0f), m1 = m0;
+    int64_t j = 0;
+    for (; j + 2 * MK_W <= n; j += 2 * MK_W) {
+        m0 = mk_v_max(mk_v_abs(mk_v_load(s + j)), m0);
+        m1 = mk_v_max(mk_v_abs(mk_v_load(s + j + MK_W)), m1);
+    }
+    for (; j < n; j += MK_W)
+        m0 = mk_v_max(mk_v_abs(n - j < MK_W ? mk_v_load_n(s + j, n - j)
+                                            : mk_v_load(s + j)),
+                      m0);
+    return mk_v_hmax(mk_v_max(m0, m1));
+}
+
+/* Pass 1 with score terms, for near_only (a constant) or not. */
+MK_SM_INLINE float sm_terms_pass(float *s, int64_t n, MK_V vscale,
+                                 const float *bias, const uint8_t *keep,
+                                 const uint8_t *key_keep, const sm_terms *tm,
+                                 int near_only)
+{
     MK_V vmax = mk_v_set1(-INFINITY);
     for (int64_t j = 0; j < n; j += MK_W) {
         const int64_t cnt = n - j < MK_W ? n - j : MK_W;
         MK_V x = sm_scaled_terms(s + j, bias ? bias + j : NULL,
                                  keep ? keep + j : NULL,
                                  key_keep ? key_keep + j : NULL, vscale, cnt,
-                                 tm,
-                                 tm->dist0 + j);
+                                 tm, tm->dist0 + j, near_only);
         if (cnt == MK_W)
             mk_v_store(s + j, x);
         else
@@ -239,6 +257,24 @@ static float sm_scale_mask_terms(float *s, int64_t n, float scale,
         vmax = mk_v_max(x, vmax);
     }
     return mk_v_hmax(vmax);
+}
+
+/* Pass 1 with score terms: s[j] = x[j] for j < n; returns max_j x[j],
+ * NaN ignored. A capped row whose scores all give |y| below sm_tanh's
+ * seam (a cap of 50 over logits below 25: nearly every row of a model's
+ * scores) computes its tanh from the polynomial alone. The bound |scale|
+ * max|s| pre inv_cap < 1/2 leaves room for the three roundings of y;
+ * a NaN score, which the bound does not see, gives NaN either way. The
+ * choice is the row's data's alone, so no thread count changes it. */
+static float sm_scale_mask_terms(float *s, int64_t n, float scale,
+                                 const float *bias, const uint8_t *keep,
+                                 const uint8_t *key_keep, const sm_terms *tm)
+{
+    const MK_V vscale = mk_v_set1(scale);
+    if (tm->cap > 0.0f &&
+        fabsf(scale) * sm_abs_max(s, n) * tm->pre * tm->inv_cap < 0.5f)
+        return sm_terms_pass(s, n, vscale, bias, keep, key_keep, tm, 1);
+    return sm_terms_pass(s, n, vscale, bias, keep, key_keep, tm, 0);
 }
 
 /* Pass 1, general: s[j] = x[j] for j < n; returns max_j x[j], NaN

@@ -560,7 +560,10 @@ END_TEST
  * rescaled by 2^-64 on the way). Against the double tanh, relative to x:
  * 3e-7, about 5 ulp of x (tanh measured 0.7 ulp near 0 and 1.4 ulp beyond
  * 5/8 with a correctly rounded exp; each table's exp adds its own ulp, and
- * y = s / cap and x = cap tanh(y) round once each). */
+ * y = s / cap and x = cap tanh(y) round once each). A row of one moderate
+ * score takes the polynomial alone (sm_scale_mask_terms); the same score
+ * beside -FLT_MAX (capped to -cap, never above it) takes both halves: its
+ * maximum must come out with the same bits. */
 START_TEST(softmax_tanh_accuracy)
 {
     table_set ts;
@@ -571,6 +574,7 @@ START_TEST(softmax_tanh_accuracy)
     float *in = test_alloc(N * sizeof *in);
     float *mx = test_alloc(N * sizeof *mx), *sum = test_alloc(N * sizeof *sum);
     float *alpha = test_alloc(N * sizeof *alpha);
+    float *s2 = test_alloc(2 * N * sizeof *s2), *mx2 = test_alloc(N * 4);
     const mk_mask open = open_mask(1);
     for (int64_t j = 0; j < N; j++) {
         double u = (double)((j * 2654435761u) % 1000003u) / 1000003.0;
@@ -598,6 +602,18 @@ START_TEST(softmax_tanh_accuracy)
                     mx[j] = -INFINITY, sum[j] = 0.0f;
                 }
                 f(s, 1, N, 1, 1.0f, &mask, mx, sum, alpha);
+                mask.key_limit = 2;
+                for (int64_t j = 0; j < N; j++) {
+                    s2[2 * j] = in[j], s2[2 * j + 1] = -FLT_MAX;
+                    mx2[j] = -INFINITY, sum[j] = 0.0f;
+                }
+                f(s2, 2, N, 2, 1.0f, &mask, mx2, sum, alpha);
+                for (int64_t j = 0; j < N; j++)
+                    REQUIRE(memcmp(&mx[j], &mx2[j], sizeof *mx) == 0,
+                            "softmax_update%s [%s]: cap %g, s %a: x %a alone, "
+                            "%a beside -FLT_MAX", step_name[h],
+                            mha_isa_name(ts.isa[x_]), (double)caps[c],
+                            (double)in[j], (double)mx[j], (double)mx2[j]);
                 double worst = 0.0;
                 int64_t at = 0;
                 for (int64_t j = 0; j < N; j++) {
@@ -623,6 +639,7 @@ START_TEST(softmax_tanh_accuracy)
                            worst * 0x1p24);
             }
     free(s), free(y), free(in), free(mx), free(sum), free(alpha);
+    free(s2), free(mx2);
 }
 END_TEST
 
