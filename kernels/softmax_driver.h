@@ -136,21 +136,19 @@ MK_SM_INLINE MK_V sm_scaled(const float *s, const float *bias,
  * normal x, so flushed subnormals change no bit of it. */
 typedef struct {
     int on;
-    float cap, pre, inv_cap, small, slope;
+    float cap, pre, inv_cap, slope;
     int64_t dist0;
 } sm_terms;
 
-/* x / cap as (x * pre) * inv_cap: pre = 2^-64 above 2^64 keeps inv_cap
- * at 2^-64 or more (1 / FLT_MAX is subnormal, and FTZ made it 0: every
- * score 0). Below small = cap 2^-12, tanh(y) = y - y^3 / 3 rounds to y,
- * so x is the capped score and y, which may be subnormal there, is not
- * used. Validation keeps cap normal. */
+/* y = x / cap as (x * pre) * inv_cap: pre = 2^-64 above 2^64 keeps
+ * inv_cap at 2^-64 or more (1 / FLT_MAX is subnormal, and FTZ made it 0:
+ * every score 0). Validation keeps cap normal. */
 static inline sm_terms sm_terms_of(int on, float cap)
 {
     const int big = cap > 0x1p64f;
     sm_terms tm = {on, cap, big ? 0x1p-64f : 1.0f,
-                   cap > 0.0f ? (big ? 0x1p64f : 1.0f) / cap : 0.0f,
-                   cap * 0x1p-12f, 0.0f, 0};
+                   cap > 0.0f ? (big ? 0x1p64f : 1.0f) / cap : 0.0f, 0.0f,
+                   0};
     return tm;
 }
 
@@ -159,22 +157,26 @@ static const float sm_iota[16] = {0, 1, 2,  3,  4,  5,  6,  7,
                                   8, 9, 10, 11, 12, 13, 14, 15};
 _Static_assert(MK_W <= 16, "sm_iota covers every lane");
 
-/* tanh for every y (tanh(+-inf) = +-1, NaN stays NaN): the softcap's,
- * once for every table over its primitives (docs/design.md, "Score
- * terms"). SLEEF's 1-ulp tanhf (a call a vector, in double-float
- * arithmetic) made a softcap call take twice the time of the same call
- * without one (docs/benchmarks.md). Below |y| = 5/8, y + y^3 P(y^2), P of
- * degree 4 (the minimax of (tanh(y) - y) / y^3 for tanh's relative error
- * on [0, 5/8], 4.4e-9 before its coefficients were rounded to float; 0.72
- * ulp measured over every float there with true FMAs); from 5/8 on,
- * 1 - 2t / (1 + t) with t = exp(-2|y|) (t <= 0.29, so nothing cancels;
- * 1.4 ulp over every float with a correctly rounded exp, and the table's
- * exp adds its own ulp), given y's sign. Both halves are computed and one
- * selected per lane, unless near_only (a constant) says every |y| is
- * below 5/8: then the polynomial alone, the same bits. A huge y's y^2 is
- * inf in the half not taken; t = 0 from |y| = 22.4 on (the exps' floor)
- * gives exactly 1. */
-MK_SM_INLINE MK_V sm_tanh(MK_V y, int near_only)
+/* The capped score cap tanh(y) of a score x, y = x / cap as sm_terms_of
+ * rounds it, for every x (+-cap at +-inf, NaN stays NaN): once for every
+ * table over its primitives (docs/design.md, "Score terms"). SLEEF's
+ * 1-ulp tanhf (a call a vector, in double-float arithmetic) made a
+ * softcap call take twice the time of the same call without one
+ * (docs/benchmarks.md). Below |y| = 5/8, x + x y^2 P(y^2), P of degree 4
+ * (the minimax of (tanh(y) - y) / y^3 for tanh's relative error on
+ * [0, 5/8], 4.4e-9 before its coefficients were rounded to float; 0.72
+ * ulp measured over every float there with true FMAs). Written in x, not
+ * cap y: x is the score itself, and where y or y^2 is below FLT_MIN (FTZ
+ * makes it 0) the sum is x, as IEEE rounds it (x y^2 P is below half an
+ * ulp of x from |y| < 2^-12 on), so a flushing engine gets the same bits
+ * for normal x. From 5/8 on, cap (1 - 2t / (1 + t)) with t = exp(-2|y|)
+ * (t <= 0.29, so nothing cancels; 1.4 ulp over every float with a
+ * correctly rounded exp, and the table's exp adds its own ulp), given y's
+ * sign. Both halves are computed and one selected per lane, unless
+ * near_only (a constant) says every |y| is below 5/8: then the
+ * polynomial alone, the same bits. A huge y's y^2 is inf in the half not
+ * taken; t = 0 from |y| = 22.4 on (the exps' floor) gives exactly cap. */
+MK_SM_INLINE MK_V sm_capped(MK_V x, MK_V y, MK_V cap, int near_only)
 {
     const MK_V u = mk_v_mul(y, y);
     MK_V p = mk_v_fma(mk_v_set1(-5.704910835e-03f), u,
@@ -182,18 +184,19 @@ MK_SM_INLINE MK_V sm_tanh(MK_V y, int near_only)
     p = mk_v_fma(p, u, mk_v_set1(-5.373969620e-02f));
     p = mk_v_fma(p, u, mk_v_set1(1.333144199e-01f));
     p = mk_v_fma(p, u, mk_v_set1(-3.333328193e-01f));
-    const MK_V near0 = mk_v_fma(mk_v_mul(y, u), p, y);
+    const MK_V near0 = mk_v_fma(mk_v_mul(x, u), p, x);
     if (near_only)
         return near0;
     const MK_V t = mk_v_exp(mk_v_mul(mk_v_abs(y), mk_v_set1(-2.0f)));
     const MK_V q = mk_v_div(mk_v_add(t, t), mk_v_add(mk_v_set1(1.0f), t));
-    const MK_V far = mk_v_copysign(mk_v_sub(mk_v_set1(1.0f), q), y);
+    const MK_V far =
+        mk_v_mul(cap, mk_v_copysign(mk_v_sub(mk_v_set1(1.0f), q), y));
     return mk_v_sel(mk_v_abs_lt(y, mk_v_set1(0.625f)), near0, far);
 }
 
 /* x = cap * tanh(scale * s / cap) (with a cap), + slope * (j - i'), +
  * bias; -inf where keep is 0 and in lanes >= cnt, for the chunk of cnt
- * keys at distance dist (its first key's j - i'). near_only: sm_tanh's. */
+ * keys at distance dist (its first key's j - i'). near_only: sm_capped's. */
 MK_SM_INLINE MK_V sm_scaled_terms(const float *s, const float *bias,
                                   const uint8_t *keep,
                                   const uint8_t *key_keep, MK_V vscale,
@@ -206,8 +209,7 @@ MK_SM_INLINE MK_V sm_scaled_terms(const float *s, const float *bias,
     if (tm->cap > 0.0f) {
         const MK_V y = mk_v_mul(mk_v_mul(x, mk_v_set1(tm->pre)),
                                 mk_v_set1(tm->inv_cap));
-        x = mk_v_sel(mk_v_abs_lt(x, mk_v_set1(tm->small)), x,
-                     mk_v_mul(mk_v_set1(tm->cap), sm_tanh(y, near_only)));
+        x = sm_capped(x, y, mk_v_set1(tm->cap), near_only);
     }
     if (tm->slope != 0.0f)
         x = mk_v_fma(mk_v_set1(tm->slope),
@@ -260,7 +262,7 @@ MK_SM_INLINE float sm_terms_pass(float *s, int64_t n, MK_V vscale,
 }
 
 /* Pass 1 with score terms: s[j] = x[j] for j < n; returns max_j x[j],
- * NaN ignored. A capped row whose scores all give |y| below sm_tanh's
+ * NaN ignored. A capped row whose scores all give |y| below sm_capped's
  * seam (a cap of 50 over logits below 25: nearly every row of a model's
  * scores) computes its tanh from the polynomial alone. The bound |scale|
  * max|s| pre inv_cap < 1/2 leaves room for the three roundings of y;

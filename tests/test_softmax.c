@@ -553,7 +553,7 @@ END_TEST
 
 /* The softcap inside softmax_update on its own: rows of one key each, so
  * each row's maximum is its capped score x = cap tanh(s / cap) exactly as
- * the step computed it (softmax_driver.h's sm_tanh over the table's
+ * the step computed it (softmax_driver.h's sm_capped over the table's
  * primitives). s sweeps |s| / cap from 2^-14 (where x is s itself) to
  * 2^6 on a fine irregular grid, both signs, the neighbours of the two
  * formulas' seam (|y| = 5/8), and 0 and 1e30; caps 1, 30 and 1e30 (x / cap
