@@ -27,6 +27,15 @@ int flag_of_row(const double *x, int64_t n)
     return f;
 }
 
+/* max_i |x[i]| for i < n (0 for n = 0). */
+static double max_abs(const double *x, int64_t n)
+{
+    double m = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        m = fabs(x[i]) > m ? fabs(x[i]) : m;
+    return m;
+}
+
 /* Key j for query i of (b, h): hidden by causal, lengths or keep (the
  * support oracle's rule); masked by a -inf bias; or visible. *bias
  * receives the additive term. */
@@ -62,9 +71,7 @@ static double flush_slack(const oracle_problem *p, double qmax,
                           const double *k, double dabs)
 {
     const double s = fabs(p->scale), sk = p->sk_hi, cm = p->code_max;
-    double kmax = 0.0;
-    for (int64_t c = 0; c < p->d; c++)
-        kmax = fabs(k[c]) > kmax ? fabs(k[c]) : kmax;
+    const double kmax = max_abs(k, p->d);
     double whole = s < FLT_MIN || s * p->sk_lo < FLT_MIN ? s * dabs : 0.0;
     double each = (1.0 + s) * (1.0 + sk) + kmax + cm * sk +
                   qmax * s * (1.0 + sk + cm);
@@ -97,9 +104,8 @@ void oracle(const oracle_problem *p, want *out, want *weights)
                 int64_t hk = h / (H / p->Hkv);
                 const double *q = p->q + ((b * Lq + i) * H + h) * d;
                 int qflag = flag_of_row(q, d);
-                double qmax = 0.0; /* for flush_slack, once a row */
-                for (int64_t c = 0; p->flush && c < d; c++)
-                    qmax = fabs(q[c]) > qmax ? fabs(q[c]) : qmax;
+                /* For flush_slack, once a row. */
+                const double qmax = p->flush ? max_abs(q, d) : 0.0;
                 int row_nan = 0, row_may = qflag != 0;
                 int64_t nvis = 0, nneg = 0;
                 double mag = 0.0, flushed = 0.0;

@@ -284,9 +284,6 @@ static float get_float(const buffer *b, int64_t at)
     return x;
 }
 
-/* One quantised tensor's scales: filled, one bad value by the class,
- * linked, and its faults (every row the library reads is checked, as
- * check_scales does). */
 int64_t scale_rows(const mha_tensor *t)
 {
     const mha_scales *sc = &t->scales;
@@ -303,6 +300,9 @@ int64_t scale_row_at(const mha_tensor *t, int64_t r)
            r % nh * sc->stride_head;
 }
 
+/* One quantised tensor's scales: filled, one bad value by the class,
+ * linked, and its faults (every row the library reads is checked, as
+ * check_scales does). */
 static void link_scales(terms_case *tc, int i, mha_tensor *t, test_rng *s,
                         fault_list *f)
 {

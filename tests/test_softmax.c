@@ -560,7 +560,7 @@ END_TEST
  * rescaled by 2^-64 on the way). Against the double tanh, relative to x:
  * 3e-7, about 5 ulp of x (tanh measured 0.7 ulp near 0 and 1.4 ulp beyond
  * 5/8 with a correctly rounded exp; each table's exp adds its own ulp, and
- * y = s / cap and x = cap tanh(y) round once each). A row of one moderate
+ * y = s / cap rounds, as does cap (1 - q) beyond the seam). A row of one moderate
  * score takes the polynomial alone (sm_scale_mask_terms); the same score
  * beside -FLT_MAX (capped to -cap, never above it) takes both halves: its
  * maximum must come out with the same bits. */
@@ -574,7 +574,8 @@ START_TEST(softmax_tanh_accuracy)
     float *in = test_alloc(N * sizeof *in);
     float *mx = test_alloc(N * sizeof *mx), *sum = test_alloc(N * sizeof *sum);
     float *alpha = test_alloc(N * sizeof *alpha);
-    float *s2 = test_alloc(2 * N * sizeof *s2), *mx2 = test_alloc(N * 4);
+    float *s2 = test_alloc(2 * N * sizeof *s2);
+    float *mx2 = test_alloc(N * sizeof *mx2);
     const mk_mask open = open_mask(1);
     for (int64_t j = 0; j < N; j++) {
         double u = (double)((j * 2654435761u) % 1000003u) / 1000003.0;
