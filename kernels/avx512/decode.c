@@ -1054,17 +1054,66 @@ enum { SEG_ROWS = 6 };
  * 147, 128: 143; avx512bf16, Zen 4, docs/benchmarks.md). */
 enum { WIDE_SEG = 64 };
 
+/* Rows h .. h + 7 of a pass of the wide P.V (m > h; zeros past row m in
+ * pk), columns [c, c + 32): both 16-column chunks of the eight rows stay
+ * in registers across the keys, so each probability, broadcast once,
+ * takes two FMAs: 10 loads for 16 FMAs, where a chunk at a time for every
+ * row takes a broadcast load per FMA (17 for 16). fetch: this pass
+ * fetches the pair's bytes of the row `ahead` keys on (the first of a
+ * pair's row halves). One FMA per key and element, in key order. */
+INLINE void pv_wide_pair(int64_t h, int64_t m, const void *v, ptrdiff_t ldv,
+                         const void *const *tab, mk_dtype t, int64_t j0,
+                         int64_t nk, int64_t n, const float *pk, int64_t c,
+                         int64_t ahead, int fetch, float *o, ptrdiff_t ldo)
+{
+    const size_t es = mk_dtype_size(t);
+    /* Broadcast from pk at each key, as pv_wide_seg's. */
+    const float *pc = pk + h * WIDE_SEG;
+    __asm__("" : "+r"(pc));
+    __m512 acc[8][2];
+    for (int i = 0; i < 8; i++) {
+        const int live = h + i < m;
+        const float *oi = o + (h + i) * ldo + c;
+        acc[i][0] = live ? _mm512_loadu_ps(oi) : _mm512_setzero_ps();
+        acc[i][1] = live ? _mm512_loadu_ps(oi + 16) : _mm512_setzero_ps();
+    }
+    for (int64_t k = 0; k < nk; k++) {
+        const char *row = mk_decode_row(v, ldv, tab, es, j0 + k);
+        if (fetch && j0 + k + ahead < n)
+            mk_fetch_step(mk_decode_row(v, ldv, tab, es, j0 + k + ahead),
+                          (size_t)c * es, 32 * es);
+        const __m512 x0 = load16(row, t, c, 1, 0),
+                     x1 = load16(row, t, c + 16, 1, 0);
+        for (int i = 0; i < 8; i++) {
+            const __m512 pb = _mm512_set1_ps(pc[i * WIDE_SEG + k]);
+            acc[i][0] = _mm512_fmadd_ps(pb, x0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(pb, x1, acc[i][1]);
+        }
+    }
+    for (int i = 0; i < 8 && h + i < m; i++) {
+        _mm512_storeu_ps(o + (h + i) * ldo + c, acc[i][0]);
+        _mm512_storeu_ps(o + (h + i) * ldo + c + 16, acc[i][1]);
+    }
+}
+
 /* decode_pv's sum for m <= R rows of one kv head (R = 8 or 16 rows'
- * registers; alpha applied), keys j0 .. j0 + nk - 1 (nk <= WIDE_SEG):
- * chunk by chunk of 16 columns, every row's chunk in registers, each
- * key's chunk loaded once for all of them, the probabilities row-major in
- * pk (a row every WIDE_SEG floats; zeros past row m). Each chunk's pass
- * fetches its own bytes of the row wide_ahead keys on, so the fetches
- * spread over all passes: fetched whole in the first pass, they came as a
- * burst the core's outstanding misses could not take, and from DRAM the
+ * registers; alpha applied), keys j0 .. j0 + nk - 1 (nk <= WIDE_SEG), the
+ * probabilities row-major in pk (a row every WIDE_SEG floats; zeros past row
+ * m). Whole pairs of 16-column chunks go eight rows at a time (pv_wide_pair)
+ * where that widens no chunk twice: with 8 rows' registers, and for fp32,
+ * which has nothing to widen (16 rows' registers take two passes, each
+ * loading the key's pair). 1 thread, Zen 5, against a chunk at a time:
+ * [B, H, L, D] 1.08-1.16x for 7 and 8 rows a kv head (fp32, f16, bf16), fp32
+ * with 16 rows [B, H, L, D] 1.05x and [B, L, H, D] 1.16x; 16-bit rows of 16
+ * read 0.92-0.96x in two passes, widened twice, so they keep the pass chunk
+ * by chunk (docs/benchmarks.md). That pass (and a dv short of a pair): every
+ * row's chunk in registers, each key's chunk loaded once for all of them.
+ * Each pass fetches its own bytes of the row wide_ahead keys on, so the
+ * fetches spread over all passes: fetched whole in the first pass, they came
+ * as a burst the core's outstanding misses could not take, and from DRAM the
  * step read 0.94x the per-step kernel; spread, 1.22x (docs/benchmarks.md).
- * An element takes the operations it takes with fewer rows: one FMA per
- * key in key order. */
+ * An element takes the operations it takes with fewer rows: one FMA per key
+ * in key order. */
 INLINE void pv_wide_seg(const int R, int64_t m, const void *v, ptrdiff_t ldv,
                         const void *const *tab, mk_dtype t, int64_t j0,
                         int64_t nk, int64_t n, const float *pk, int64_t dv,
@@ -1072,7 +1121,12 @@ INLINE void pv_wide_seg(const int R, int64_t m, const void *v, ptrdiff_t ldv,
 {
     const size_t es = mk_dtype_size(t), row_bytes = (size_t)dv * es;
     const int64_t ahead = wide_ahead(row_bytes);
-    for (int64_t c = 0; c < dv; c += 16) {
+    int64_t c = 0;
+    for (; (R == 8 || t == MK_F32) && c + 32 <= dv; c += 32)
+        for (int64_t h = 0; h < R && h < m; h += 8)
+            pv_wide_pair(h, m, v, ldv, tab, t, j0, nk, n, pk, c, ahead,
+                         h == 0, o, ldo);
+    for (; c < dv; c += 16) {
         const int whole = c + 16 <= dv;
         const __mmask16 msk = lanes(dv - c);
         /* Broadcast from pk at each key: hoisted, gcc kept the
