@@ -47,8 +47,9 @@ static int interleaves(const mha_problem *p)
  * position's heads as one run is what that layout rewards; a [B, H, L, D]
  * cache (heads far apart) keeps one kv head per block, and so does a
  * table whose kernels take mk_heads as calls per head (generic: 0.58-0.92x
- * there). Over several queries (even) the kv heads are shared evenly
- * among as few blocks as that allows. From the table, the shape and the
+ * there), and so do fp32 rows from the table's head_rows_f32 on. Over
+ * several queries (even) the kv heads are shared evenly among as few
+ * blocks as that allows. From the table, the shape, the dtypes and the
  * strides only. */
 static int64_t kv_span(const mk_table *t, const mha_problem *p, int64_t rows,
                        int even)
@@ -56,6 +57,12 @@ static int64_t kv_span(const mk_table *t, const mha_problem *p, int64_t rows,
     if (!t->decode_heads || p->kv_heads < 2 || rows < 1 ||
         rows > MK_DECODE_ROWS || p->k_sh <= 0 || p->k_sh >= p->k_ss ||
         p->v_sh <= 0 || p->v_sh >= p->v_ss)
+        return 1;
+    /* fp32 rows the table reads faster one kv head at a time (rows only
+     * grow from here with the queries, so the most span any lq takes
+     * stays kv_span(group, 0)'s). */
+    if (t->head_rows_f32 > 0 && rows >= t->head_rows_f32 &&
+        p->k_dtype == MHA_F32 && p->v_dtype == MHA_F32)
         return 1;
     int64_t span = t->block_q / rows;
     if (span > p->kv_heads)

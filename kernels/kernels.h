@@ -553,6 +553,14 @@ typedef struct mk_table {
      * allows; 0: they take mk_heads as calls per head (correct, measured
      * slower for the engine to use: docs/design.md). */
     int decode_heads;
+    /* From this many rows of one kv head on (0: never), decode blocks over
+     * an fp32 cache keep one kv head each where a [B, L, H, D] layout
+     * would let them span kv heads: the table's decode_pv keeps such
+     * rows' outputs in registers over many keys, where the loops across
+     * kv heads load and store them every MK_PV_BLOCK keys (avx512: 6,
+     * the rows its wide P.V takes; docs/design.md, "Decode across
+     * heads"). */
+    int64_t head_rows_f32;
     /* The most query rows of one kv head decode_qk and decode_pv take
      * (heads NULL): MK_DECODE_ROWS, or up to MK_DECODE_WIDE_ROWS for a
      * table with wide kernels. The engine sends blocks of more rows a kv

@@ -8,6 +8,10 @@
 
 #include "table_init.h"
 
+/* The fewest rows of one kv head decode_pv takes through the wide P.V's
+ * passes (decode.c, SEG_ROWS); the table's head_rows_f32 too. */
+#define MK_AVX512_SEG_ROWS 6
+
 MK_DECLARE_PREFILL(avx512, 12x32);
 MK_DECLARE_DECODE(avx512);
 MK_DECLARE_WIDEN(avx512);

@@ -1045,7 +1045,7 @@ INLINE void pv_step(const int64_t nj, int64_t m, const char *const *rows,
  * 6 rows 92 -> 80, 7 rows 104 -> 77, 8 rows 125 -> 77-90); with 2-5 rows
  * the chains are too few (53-79 -> 75-81; avx512bf16, Zen 4,
  * docs/benchmarks.md). The same operations per element either way. */
-enum { SEG_ROWS = 6 };
+enum { SEG_ROWS = MK_AVX512_SEG_ROWS };
 
 /* Keys of one pass of the wide P.V: a 16-column chunk of every row stays
  * in registers across all of them, so the rows' outputs are loaded and

@@ -30,6 +30,11 @@ void mk_init_avx512(mk_table *t)
      * avx2's 192 is for its panel-by-panel order. */
     t->linear_rows = 96;
     t->decode_rows = MK_DECODE_WIDE_ROWS; /* decode.c, qk_wide */
+    /* fp32 group 8 from [B, L, H, D] read 1.33-1.38x one kv head a block
+     * (1 thread; 2 threads 1.36-1.53x), group 7 1.15x, group 6 1.07x;
+     * group 5 (8-row kernels) 0.92x, and 16-bit caches 0.91-1.07x
+     * (Zen 5, docs/benchmarks.md). */
+    t->head_rows_f32 = MK_AVX512_SEG_ROWS;
     MK_SET_PREFILL(t, avx512, 12x32);
     MK_SET_DECODE(t, avx512);
     MK_SET_WIDEN(t, avx512);
