@@ -1305,7 +1305,9 @@ void MK_AVX512_DECODE_NAME(decode_pv)(const float *p, ptrdiff_t ldp, int64_t m, 
          * file's P.V (pv_blocks: a head's output chunks in registers over
          * MK_PV_BLOCK keys) instead of avx2's pairs of keys: group 8 from
          * [B, L, H, D] read 1.11x (1.16x from L3); group 4 read 0.7-0.8x,
-         * so it stays on avx2's (docs/benchmarks.md). */
+         * so it stays on avx2's (docs/benchmarks.md). The engine no longer
+         * spans fp32 groups of SEG_ROWS or more (head_rows_f32): one kv
+         * head a block, wide_pv's registers over 64 keys read faster. */
         if (heads && heads->group >= SEG_ROWS) {
             DECODE_PV(MK_F32);
             break;
